@@ -1,0 +1,30 @@
+"""Exception types shared by the cores and the drivers.
+
+Each names one failure a caller can act on; messages say what was wrong and with what value.
+"""
+
+from __future__ import annotations
+
+
+class TensorHubError(Exception):
+    """Base class of every error tensorhub raises on purpose."""
+
+
+class ManifestError(TensorHubError, ValueError):
+    """A manifest (or a layout request) is inconsistent, malformed or does not match."""
+
+
+class ProtocolError(TensorHubError, ValueError):
+    """A peer sent a malformed, oversized, unknown or out-of-order frame."""
+
+
+class AuthenticationError(TensorHubError):
+    """The peer did not prove knowledge of the cluster secret (or we could not)."""
+
+
+class ChecksumMismatch(TensorHubError):
+    """Bytes received for a chunk do not hash to the digest in the manifest."""
+
+
+class TransferError(TensorHubError):
+    """A transfer could not complete: the peer vanished, refused or timed out."""

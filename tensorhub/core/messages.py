@@ -1,0 +1,116 @@
+"""Every message tensorhub sends, as frozen msgspec structs encoded as msgpack maps.
+
+A message travels as a frame header (see :mod:`tensorhub.core.wire`); the ``t`` field tags
+its type. Decoding is strict: unknown types, unknown fields, missing fields and wrong types
+are all refused. Bulk bytes (a chunk, a manifest) never go inside a header: they follow it
+as the frame's raw payload, so they can land straight in tensor memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+
+class Message(msgspec.Struct, frozen=True, tag_field="t", forbid_unknown_fields=True):
+    """Base of all wire messages."""
+
+    HAS_PAYLOAD = False  # class attribute, not a field: True for types followed by raw bytes
+
+
+_REGISTRY: list[type[Message]] = []
+M = TypeVar("M", bound=type[Message])
+
+
+def register(cls: M) -> M:
+    """Add a message type to the wire union (every module that defines messages uses this)."""
+    _REGISTRY.append(cls)
+    return cls
+
+
+def registered() -> tuple[type[Message], ...]:
+    return tuple(_REGISTRY)
+
+
+# --- handshake -----------------------------------------------------------------------------
+
+
+@register
+class Hello(Message, frozen=True, tag="hello"):
+    """Client → server: who I am, and a fresh nonce the server must MAC."""
+
+    proto: int
+    node: str
+    nonce: bytes
+
+
+@register
+class Challenge(Message, frozen=True, tag="challenge"):
+    """Server → client: proof the server knows the secret, and a nonce for the client."""
+
+    node: str
+    nonce: bytes
+    mac: bytes
+
+
+@register
+class Auth(Message, frozen=True, tag="auth"):
+    """Client → server: proof the client knows the secret."""
+
+    mac: bytes
+
+
+@register
+class Welcome(Message, frozen=True, tag="welcome"):
+    """Server → client: authenticated; the connection is open for requests."""
+
+
+@register
+class Error(Message, frozen=True, tag="error"):
+    """A request failed (``req`` set) or the connection is about to close (``req`` None)."""
+
+    code: str
+    message: str
+    req: int | None = None
+
+
+# --- data plane ----------------------------------------------------------------------------
+
+
+@register
+class GetManifest(Message, frozen=True, tag="get_manifest"):
+    req: int
+    model: str
+    version: int
+
+
+@register
+class ManifestData(Message, frozen=True, tag="manifest"):
+    """Reply to GetManifest; the payload is the encoded manifest."""
+
+    HAS_PAYLOAD = True
+    req: int
+    root: bytes
+
+
+@register
+class GetChunk(Message, frozen=True, tag="get_chunk"):
+    req: int
+    model: str
+    version: int
+    chunk: int
+
+
+@register
+class ChunkData(Message, frozen=True, tag="chunk"):
+    """Reply to GetChunk; the payload is the chunk's bytes."""
+
+    HAS_PAYLOAD = True
+    req: int
+    chunk: int
+
+
+def describe(msg: Any) -> str:
+    """Short text for logs and errors."""
+    return type(msg).__name__

@@ -1,0 +1,271 @@
+"""Frames on the wire, and a sans-IO reader that lands payloads in caller memory.
+
+A frame is a 16-byte prefix, a msgpack header and an optional raw payload::
+
+    magic "TH" | proto u8 | flags u8 | header_len u32 | payload_len u64 | header | payload
+
+:class:`FrameReader` is a pure state machine in the style of h11: the transport asks it
+where to put the next bytes (:meth:`FrameReader.get_buffer`), tells it how many arrived
+(:meth:`FrameReader.buffer_updated`) and pulls events (:meth:`FrameReader.next_event`).
+When a header announces a payload, the caller may hand it a *sink* — a list of
+memoryviews into destination tensors — and the payload is then received straight into
+them (scatter), so bulk bytes are never staged. Headers and small payloads go through a
+small staging buffer; at most that buffer's size of a payload is ever copied.
+
+Every malformed, truncated, oversized or unknown frame raises :class:`ProtocolError`; the
+reader is then dead and the connection must be dropped.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import msgspec
+
+from .errors import ProtocolError
+from .messages import Message, registered
+
+MAGIC = b"TH"
+PROTO_VERSION = 1
+PREFIX = struct.Struct("!2sBBIQ")
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard limits a reader enforces before it allocates or accepts anything."""
+
+    max_header: int = 64 * KiB
+    max_payload: int = 256 * MiB
+
+
+PREAUTH_LIMITS = Limits(max_header=1 * KiB, max_payload=0)
+"""Until a peer has authenticated it may send only tiny headers and no payload at all."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[int, msgspec.msgpack.Decoder[Message]] = {}
+
+
+def _decoder() -> msgspec.msgpack.Decoder[Message]:
+    types = registered()
+    dec = _decoders.get(len(types))
+    if dec is None:
+        dec = msgspec.msgpack.Decoder(Message if len(types) == 0 else _union(types))
+        _decoders.clear()
+        _decoders[len(types)] = dec
+    return dec
+
+
+def _union(types: tuple[type[Message], ...]) -> type[Message]:
+    from typing import Union
+
+    return Union[types]  # type: ignore[return-value]  # noqa: UP007
+
+
+def encode_header(msg: Message, payload_len: int = 0) -> bytes:
+    """Prefix and header of one frame; the payload (if any) is written after it as is."""
+    if payload_len and not msg.HAS_PAYLOAD:
+        raise ProtocolError(f"{type(msg).__name__} carries no payload")
+    header = _encoder.encode(msg)
+    return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
+
+
+def decode_header(data: bytes | memoryview) -> Message:
+    """Decode one header's msgpack with full schema checks."""
+    try:
+        return _decoder().decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ProtocolError(f"bad frame header: {e}") from None
+
+
+class Frame(NamedTuple):
+    """A header arrived. If ``payload_len`` > 0, call :meth:`FrameReader.set_sink` now or
+    the reader allocates a buffer for the payload itself."""
+
+    msg: Message
+    payload_len: int
+
+
+class Payload(NamedTuple):
+    """The payload announced by the last :class:`Frame` is complete, in ``parts``."""
+
+    msg: Message
+    parts: Sequence[memoryview]
+
+
+_HEAD, _SINK_PENDING, _PAYLOAD, _PAYLOAD_DONE, _DEAD = range(5)
+
+
+class FrameReader:
+    """Incremental, zero-copy-capable frame parser (no I/O, no clock)."""
+
+    def __init__(self, limits: Limits = PREAUTH_LIMITS, staging: int = 64 * KiB) -> None:
+        self._limits = limits
+        self._buf = bytearray(max(staging, PREFIX.size + Limits().max_header))
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._state = _HEAD
+        self._msg: Message | None = None
+        self._payload_len = 0
+        self._parts: list[memoryview] = []
+        self._part = 0  # index of the part being filled
+        self._part_off = 0  # bytes already in that part
+        self._into_sink = False  # whether the last get_buffer handed out sink memory
+        self.frames = 0
+        self.staged_payload_bytes = 0  # payload bytes that went through staging (copied)
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: Limits) -> None:
+        if PREFIX.size + limits.max_header > len(self._buf):
+            raise ValueError("max_header larger than the staging buffer")
+        self._limits = limits
+
+    @property
+    def at_frame_boundary(self) -> bool:
+        """True when no partial frame is buffered (a clean place for the peer to stop)."""
+        return self._state == _HEAD and self._start == self._end
+
+    # -- transport side ---------------------------------------------------------------------
+
+    def get_buffer(self) -> memoryview:
+        """Where the transport should put the next received bytes (never empty)."""
+        if self._state == _DEAD:
+            raise ProtocolError("reader is closed after a protocol error")
+        if self._state == _SINK_PENDING:
+            self._default_sink()
+        if (
+            self._state == _PAYLOAD
+            and self._start == self._end
+            and self._part < len(self._parts)
+        ):
+            self._into_sink = True
+            return self._parts[self._part][self._part_off :]
+        self._into_sink = False
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif len(self._buf) - self._end < 4 * KiB:
+            self._compact()
+        return self._view[self._end :]
+
+    def buffer_updated(self, n: int) -> None:
+        """``n`` bytes were written into the last buffer from :meth:`get_buffer`."""
+        if self._into_sink:
+            self._step_part(n)
+            if self._part >= len(self._parts):
+                self._state = _PAYLOAD_DONE
+        else:
+            self._end += n
+
+    # -- application side -------------------------------------------------------------------
+
+    def set_sink(self, parts: Sequence[memoryview]) -> None:
+        """Receive the pending payload into ``parts`` (their lengths must sum to it)."""
+        if self._state != _SINK_PENDING:
+            raise RuntimeError("set_sink is only valid right after a Frame with a payload")
+        views = [p.cast("B") if p.format != "B" or p.ndim != 1 else p for p in parts]
+        total = sum(len(p) for p in views)
+        if total != self._payload_len:
+            raise ValueError(f"sink holds {total} bytes, payload is {self._payload_len}")
+        if any(p.readonly for p in views):
+            raise ValueError("sink parts must be writable")
+        self._parts = [p for p in views if len(p)]
+        self._part = 0
+        self._part_off = 0
+        self._state = _PAYLOAD
+
+    def next_event(self) -> Frame | Payload | None:
+        """The next complete event, or None when more bytes are needed."""
+        if self._state == _DEAD:
+            raise ProtocolError("reader is closed after a protocol error")
+        if self._state == _SINK_PENDING:
+            self._default_sink()
+        if self._state == _PAYLOAD:
+            self._drain_staging_into_sink()
+        if self._state == _PAYLOAD:
+            return None
+        if self._state == _PAYLOAD_DONE:
+            self._state = _HEAD
+            return self._finish_payload()
+        try:
+            return self._parse_head()
+        except ProtocolError:
+            self._state = _DEAD
+            raise
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _parse_head(self) -> Frame | None:
+        avail = self._end - self._start
+        if avail < PREFIX.size:
+            return None
+        magic, proto, flags, hlen, plen = PREFIX.unpack_from(self._buf, self._start)
+        if magic != MAGIC:
+            raise ProtocolError(f"bad magic {bytes(magic)!r}: not a tensorhub peer")
+        if proto != PROTO_VERSION:
+            raise ProtocolError(f"peer speaks protocol {proto}, this node speaks {PROTO_VERSION}")
+        if flags != 0:
+            raise ProtocolError(f"unknown frame flags {flags:#x}")
+        if not 0 < hlen <= self._limits.max_header:
+            raise ProtocolError(f"header of {hlen} bytes outside (0, {self._limits.max_header}]")
+        if plen > self._limits.max_payload:
+            raise ProtocolError(f"payload of {plen} bytes exceeds {self._limits.max_payload}")
+        if avail < PREFIX.size + hlen:
+            return None
+        h0 = self._start + PREFIX.size
+        msg = decode_header(self._view[h0 : h0 + hlen])
+        if plen and not msg.HAS_PAYLOAD:
+            raise ProtocolError(f"{type(msg).__name__} frame with an unexpected payload")
+        self._start = h0 + hlen
+        self.frames += 1
+        if plen == 0 and not msg.HAS_PAYLOAD:
+            return Frame(msg, 0)
+        self._msg = msg
+        self._payload_len = plen
+        if plen == 0:  # a payload-carrying type with an empty payload: nothing to sink
+            self._parts, self._part, self._part_off = [], 0, 0
+            self._state = _PAYLOAD
+        else:
+            self._state = _SINK_PENDING
+        return Frame(msg, plen)
+
+    def _default_sink(self) -> None:
+        self.set_sink([memoryview(bytearray(self._payload_len))])
+
+    def _drain_staging_into_sink(self) -> None:
+        while self._start < self._end and self._part < len(self._parts):
+            part = self._parts[self._part]
+            n = min(len(part) - self._part_off, self._end - self._start)
+            part[self._part_off : self._part_off + n] = self._view[self._start : self._start + n]
+            self._start += n
+            self.staged_payload_bytes += n
+            self._step_part(n)
+        if self._start == self._end:
+            self._start = self._end = 0
+        if self._part >= len(self._parts):
+            self._state = _PAYLOAD_DONE
+
+    def _step_part(self, n: int) -> None:
+        self._part_off += n
+        if self._part_off == len(self._parts[self._part]):
+            self._part += 1
+            self._part_off = 0
+
+    def _finish_payload(self) -> Payload:
+        msg, parts = self._msg, self._parts
+        assert msg is not None
+        self._msg, self._parts = None, []
+        return Payload(msg, parts)
+
+    def _compact(self) -> None:
+        n = self._end - self._start
+        self._buf[:n] = self._buf[self._start : self._end]
+        self._start, self._end = 0, n

@@ -1,0 +1,350 @@
+"""Authenticated, framed TCP connections with zero-copy receive and send.
+
+Receive: :class:`Connection` is an ``asyncio.BufferedProtocol``. The event loop asks it for
+a buffer before every ``recv_into``; it returns the slice of memory the frame reader wants
+filled next — while a chunk payload is arriving, that is a slice of the destination tensor
+itself. Send: headers are small ``bytes``; payloads are written as memoryviews of tensor
+memory, and :meth:`Connection.send` waits while the transport's buffer is above its high
+water mark (backpressure), so a fast sender cannot grow memory without bound.
+
+Every connection runs the mutual HMAC handshake of :mod:`tensorhub.core.auth` first. Until
+it completes, the reader accepts only tiny headers and no payloads, and nothing reaches the
+handler. A protocol or authentication error closes that one connection, counted and logged;
+the node keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
+
+from ..core.auth import ClientHandshake, ServerHandshake
+from ..core.errors import AuthenticationError, ProtocolError, TransferError
+from ..core.messages import Auth, Challenge, Error, Hello, Message, Welcome
+from ..core.wire import PROTO_VERSION, Frame, FrameReader, Limits, Payload, encode_header
+from ..typing import Buffer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMITS = Limits()
+HIGH_WATER = 4 << 20
+"""Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain."""
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class Handler(Protocol):
+    """What a connection delivers authenticated frames to."""
+
+    def on_frame(self, conn: Connection, msg: Message, payload_len: int) -> Sequence[memoryview] | None:
+        """A header arrived. For a payload frame, return where its bytes go (or None: the
+        connection allocates a buffer). Raising ProtocolError closes the connection."""
+
+    def on_payload(self, conn: Connection, msg: Message, parts: Sequence[memoryview]) -> None:
+        """The payload of ``msg`` is complete in ``parts``."""
+
+    def on_close(self, conn: Connection, exc: BaseException | None) -> None:
+        """The connection closed (``exc`` says why, None for a clean close)."""
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` (or ``"[v6]:port"``) → (host, port), with a clear error."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {addr!r} is not host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One authenticated TCP connection carrying tensorhub frames."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        secret: bytes,
+        client: bool,
+        handler_factory: Callable[[Connection], Handler],
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self.node = node
+        self.peer: str | None = None
+        self.client = client
+        self._limits = limits
+        self._reader = FrameReader()
+        self._handler_factory = handler_factory
+        self._handler: Handler | None = None
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = self._loop.create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self.error: BaseException | None = None
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        nonce = os.urandom(32)
+        self._client_hs = ClientHandshake(secret, node, nonce, PROTO_VERSION) if client else None
+        self._server_hs = None if client else ServerHandshake(secret, node, nonce, PROTO_VERSION)
+
+    # -- asyncio protocol callbacks ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._transport.set_write_buffer_limits(high=HIGH_WATER)
+        if self._client_hs is not None:
+            self._write(self._client_hs.hello())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.bytes_received += nbytes
+        try:
+            self._reader.buffer_updated(nbytes)
+            while (ev := self._reader.next_event()) is not None:
+                if isinstance(ev, Frame):
+                    self._on_frame(ev)
+                else:
+                    self._on_payload(ev)
+        except (ProtocolError, AuthenticationError) as e:
+            self.abort(e)
+
+    def eof_received(self) -> bool:
+        if not self._reader.at_frame_boundary:
+            self.error = self.error or TransferError(
+                f"peer {self.peer or '?'} closed the connection mid-frame"
+            )
+        return False
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        err = self.error or (
+            TransferError(f"connection to {self.peer or '?'} lost: {exc}") if exc else None
+        )
+        self.error = err
+        self._can_write.set()  # wake senders; they will see the closed transport
+        if not self.ready.done():
+            self.ready.set_exception(
+                err or AuthenticationError("peer closed the connection during the handshake")
+            )
+            self.ready.exception()  # mark retrieved: a failed dial is reported via connect()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if self._handler is not None:
+            self._handler.on_close(self, err)
+
+    # -- frames ------------------------------------------------------------------------------
+
+    def _on_frame(self, ev: Frame) -> None:
+        msg = ev.msg
+        if self.ready.done():
+            assert self._handler is not None
+            sink = self._handler.on_frame(self, msg, ev.payload_len)
+            if sink is not None:
+                self._reader.set_sink(sink)
+            elif ev.payload_len == 0 and msg.HAS_PAYLOAD:
+                pass  # delivered as an empty Payload next
+            return
+        self._handshake(msg)
+
+    def _on_payload(self, ev: Payload) -> None:
+        assert self._handler is not None
+        self._handler.on_payload(self, ev.msg, ev.parts)
+
+    def _handshake(self, msg: Message) -> None:
+        if isinstance(msg, Error):
+            raise AuthenticationError(f"peer refused the handshake: {msg.code}: {msg.message}")
+        if self._client_hs is not None:
+            if isinstance(msg, Challenge):
+                self._write(self._client_hs.on_challenge(msg))
+                return
+            if isinstance(msg, Welcome):
+                self._client_hs.on_welcome(msg)
+                self._open(self._client_hs.peer)
+                return
+        elif self._server_hs is not None:
+            if isinstance(msg, Hello):
+                self._write(self._server_hs.on_hello(msg))
+                return
+            if isinstance(msg, Auth):
+                self._write(self._server_hs.on_auth(msg))
+                self._open(self._server_hs.peer)
+                return
+        raise ProtocolError(f"unexpected {type(msg).__name__} during the handshake")
+
+    def _open(self, peer: str | None) -> None:
+        self.peer = peer
+        self._reader.limits = self._limits
+        self._handler = self._handler_factory(self)
+        self.ready.set_result(None)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _write(self, msg: Message, payload: Sequence[Buffer] = ()) -> None:
+        tr = self._transport
+        if tr is None or tr.is_closing():
+            raise TransferError(f"connection to {self.peer or '?'} is closed")
+        n = sum(len(p) for p in payload)
+        header = encode_header(msg, n)
+        tr.write(header)
+        for p in payload:
+            if len(p):
+                tr.write(p)
+        self.bytes_sent += len(header) + n
+
+    async def send(self, msg: Message, payload: Sequence[Buffer] = ()) -> None:
+        """Send one frame; waits while the write buffer is above its high-water mark.
+
+        Payload buffers may be referenced, not copied, until written: they must not change
+        until the frame is on the wire (the publisher's mutability contract covers this).
+        """
+        await self._can_write.wait()
+        self._write(msg, payload)
+
+    def send_nowait(self, msg: Message, payload: Sequence[Buffer] = ()) -> None:
+        """Send without waiting for buffer space (small control frames only)."""
+        self._write(msg, payload)
+
+    async def drain(self) -> None:
+        await self._can_write.wait()
+
+    @property
+    def flushed(self) -> int:
+        """Bytes of what was sent that the kernel has taken (no longer referenced by us)."""
+        tr = self._transport
+        pending = tr.get_write_buffer_size() if tr is not None and not tr.is_closing() else 0
+        return self.bytes_sent - pending
+
+    async def wait_flushed(self, mark: int, poll: float = 0.001) -> None:
+        """Return once every byte up to ``mark`` of :attr:`bytes_sent` left our buffers.
+
+        uvloop writes payload memoryviews by reference, so a buffer handed to :meth:`send`
+        is still read until then; this is what the mutability contract waits on.
+        """
+        while not self.is_closing and self.flushed < mark:
+            await asyncio.sleep(poll)
+
+    @property
+    def handler(self) -> Handler | None:
+        """The handler made for this connection once its handshake completed."""
+        return self._handler
+
+    @property
+    def is_closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    def abort(self, exc: BaseException) -> None:
+        """Drop this connection because of ``exc``; best effort to tell the peer why."""
+        log.warning("dropping connection %s<->%s: %s", self.node, self.peer or "?", exc)
+        self.error = exc
+        tr = self._transport
+        if tr is not None and not tr.is_closing():
+            code = "auth" if isinstance(exc, AuthenticationError) else "protocol"
+            try:
+                tr.write(encode_header(Error(code, str(exc)[:512])))
+            except Exception:  # pragma: no cover - the frame always encodes
+                pass
+            tr.close()
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        await self.closed
+
+
+class Server:
+    """A listening socket that turns each accepted connection into a :class:`Connection`."""
+
+    def __init__(self, server: asyncio.AbstractServer, conns: set[Connection]) -> None:
+        self._server = server
+        self.connections = conns
+
+    @property
+    def address(self) -> str:
+        sock = self._server.sockets[0]
+        host, port = sock.getsockname()[:2]
+        return f"{host}:{port}"
+
+    async def close(self) -> None:
+        self._server.close()
+        for c in list(self.connections):
+            c.close()
+        await self._server.wait_closed()
+        await asyncio.gather(*(c.closed for c in list(self.connections)))
+
+
+async def listen(
+    addr: str,
+    *,
+    node: str,
+    secret: bytes,
+    handler_factory: Callable[[Connection], Handler],
+    limits: Limits = DEFAULT_LIMITS,
+) -> Server:
+    """Listen on ``addr`` (``host:0`` picks a free port; see ``Server.address``)."""
+    host, port = parse_address(addr)
+    conns: set[Connection] = set()
+
+    def factory() -> Connection:
+        conn = Connection(
+            node=node, secret=secret, client=False, handler_factory=handler_factory, limits=limits
+        )
+        conns.add(conn)
+        conn.closed.add_done_callback(lambda _f: conns.discard(conn))
+        return conn
+
+    server = await asyncio.get_running_loop().create_server(factory, host, port)
+    return Server(server, conns)
+
+
+async def connect(
+    addr: str,
+    *,
+    node: str,
+    secret: bytes,
+    handler_factory: Callable[[Connection], Handler],
+    limits: Limits = DEFAULT_LIMITS,
+    timeout: float = HANDSHAKE_TIMEOUT,
+) -> Connection:
+    """Dial ``addr`` and complete the handshake; raises AuthenticationError / TransferError."""
+    host, port = parse_address(addr)
+    loop = asyncio.get_running_loop()
+    try:
+        _tr, conn = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: Connection(
+                    node=node,
+                    secret=secret,
+                    client=True,
+                    handler_factory=handler_factory,
+                    limits=limits,
+                ),
+                host,
+                port,
+            ),
+            timeout,
+        )
+    except (OSError, asyncio.TimeoutError) as e:
+        raise TransferError(f"cannot connect to {addr}: {e}") from e
+    try:
+        await asyncio.wait_for(asyncio.shield(conn.ready), timeout)
+    except asyncio.TimeoutError:
+        conn.close()
+        raise TransferError(f"handshake with {addr} timed out after {timeout}s") from None
+    return conn

@@ -1,0 +1,215 @@
+"""The torch side of the layout: byte views of real tensors, chunk by chunk.
+
+:class:`TensorBytes` is what chunks are read from (a publisher's state_dict) and written
+into (a fetcher's preallocated destination). Views alias tensor memory, so a received
+chunk lands in the destination tensors with no staging copy. Two exceptions, both
+explicit: a non-contiguous *source* tensor is published from a contiguous copy made once at
+publish time, and a non-contiguous *destination* is filled through a staging buffer copied
+into it by :meth:`TensorBytes.finalize`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from ..core.digest import digest_parts
+from ..core.dtypes import ITEMSIZE
+from ..core.errors import ManifestError
+from ..core.layout import (
+    DEFAULT_ALIGN,
+    DEFAULT_CHUNK_SIZE,
+    PADDING,
+    Layout,
+    TensorDesc,
+    plan_layout,
+)
+from ..core.manifest import Manifest
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    name: dt for name in ITEMSIZE if isinstance(dt := getattr(torch, name, None), torch.dtype)
+}
+_NAMES: dict[torch.dtype, str] = {dt: name for name, dt in TORCH_DTYPES.items()}
+_ZEROS = memoryview(bytes(4096))
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    try:
+        return _NAMES[dt]
+    except KeyError:
+        raise ManifestError(f"dtype {dt} cannot be moved as raw bytes by tensorhub") from None
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return TORCH_DTYPES[name]
+    except KeyError:
+        raise ManifestError(f"dtype {name!r} is not available in this torch build") from None
+
+
+def byte_view(t: torch.Tensor) -> memoryview:
+    """Writable flat bytes of a contiguous CPU tensor, aliasing its memory."""
+    if t.device.type != "cpu":
+        raise ValueError(
+            f"tensor on {t.device} cannot be sent over TCP directly; move it to CPU "
+            "(GPU staging arrives with the UCX transport)"
+        )
+    if not t.is_contiguous():
+        raise ValueError("byte_view needs a contiguous tensor")
+    if t.numel() == 0:
+        return memoryview(bytearray(0))
+    return memoryview(t.detach().reshape(-1).view(torch.uint8).numpy()).cast("B")
+
+
+def _alias_key(t: torch.Tensor) -> tuple[object, ...]:
+    return (
+        t.untyped_storage().data_ptr(),
+        t.storage_offset(),
+        tuple(t.shape),
+        t.stride(),
+        t.dtype,
+        t.device,
+    )
+
+
+@dataclass
+class _Pending:
+    """A destination that needs a copy after all bytes arrived."""
+
+    dest: torch.Tensor
+    src: torch.Tensor
+
+
+class TensorBytes:
+    """Per-tensor byte views under one layout; reads and writes chunks as memoryview lists."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        views: list[memoryview],
+        keep: list[torch.Tensor],
+        pending: list[_Pending] | None = None,
+    ) -> None:
+        self.layout = layout
+        self._views = views
+        self._keep = keep  # tensors the views point into: keeps them alive
+        self._pending = pending or []
+
+    def read_parts(self, i: int) -> list[memoryview]:
+        """Chunk ``i`` as views of tensor memory (padding as zeros), ready to send."""
+        out = []
+        for seg in self.layout.segments(i):
+            if seg.tensor == PADDING:
+                out.append(_ZEROS[: seg.length])
+            else:
+                out.append(self._views[seg.tensor][seg.start : seg.start + seg.length])
+        return out
+
+    def write_parts(self, i: int) -> list[memoryview]:
+        """Chunk ``i`` as writable views of destination memory (padding into scratch)."""
+        out = []
+        for seg in self.layout.segments(i):
+            if seg.tensor == PADDING:
+                out.append(memoryview(bytearray(seg.length)))
+            else:
+                out.append(self._views[seg.tensor][seg.start : seg.start + seg.length])
+        return out
+
+    def chunk_digest(self, i: int) -> bytes:
+        return digest_parts(self.read_parts(i))
+
+    def finalize(self) -> None:
+        """Copy staged bytes into non-contiguous destinations and fill untied aliases."""
+        for p in self._pending:
+            p.dest.copy_(p.src)
+
+    # -- constructors -------------------------------------------------------------------------
+
+    @classmethod
+    def from_state_dict(
+        cls,
+        tensors: Mapping[str, torch.Tensor],
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        align: int = DEFAULT_ALIGN,
+    ) -> TensorBytes:
+        """Views of a publisher's tensors. Tensors that are the very same view (tied
+        weights) are sent once; non-contiguous ones are copied once, here."""
+        descs: list[TensorDesc] = []
+        keep: list[torch.Tensor] = []
+        seen: dict[tuple[object, ...], str] = {}
+        for name, t in tensors.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name!r} is a {type(t).__name__}, not a torch.Tensor")
+            alias = seen.get(_alias_key(t)) if t.numel() else None
+            if alias is None and t.numel():
+                seen[_alias_key(t)] = name
+            descs.append(TensorDesc(name, dtype_name(t.dtype), tuple(t.shape), alias))
+            keep.append(t.detach() if t.is_contiguous() else t.detach().contiguous())
+        layout = plan_layout(descs, chunk_size, align)
+        views = [byte_view(t) for t in keep]
+        return cls(layout, views, keep)
+
+    @classmethod
+    def for_destination(
+        cls, manifest: Manifest, into: Mapping[str, torch.Tensor]
+    ) -> TensorBytes:
+        """Views of a fetcher's preallocated tensors; refuses any mismatch before a byte moves."""
+        layout = manifest.layout
+        names = {t.name for t in layout.tensors}
+        missing = [t.name for t in layout.tensors if t.name not in into]
+        extra = [n for n in into if n not in names]
+        if missing or extra:
+            raise ManifestError(
+                f"destination does not match the version: missing {missing[:5]}"
+                f"{'…' if len(missing) > 5 else ''}, unexpected {extra[:5]}"
+                f"{'…' if len(extra) > 5 else ''}"
+            )
+        views: list[memoryview] = []
+        keep: list[torch.Tensor] = []
+        staged: list[_Pending] = []
+        aliases: list[_Pending] = []
+        for spec in layout.tensors:
+            dest = into[spec.name]
+            if dest.dtype != torch_dtype(spec.dtype) or tuple(dest.shape) != spec.shape:
+                raise ManifestError(
+                    f"destination {spec.name!r} is {dest.dtype} {tuple(dest.shape)}, "
+                    f"the version has {spec.dtype} {spec.shape}"
+                )
+            if spec.alias_of is not None:
+                target = into[spec.alias_of]
+                if _alias_key(target) != _alias_key(dest):
+                    aliases.append(_Pending(dest, target))
+                views.append(memoryview(bytearray(0)))
+                keep.append(dest)
+                continue
+            if dest.is_contiguous() and dest.device.type == "cpu":
+                views.append(byte_view(dest))
+                keep.append(dest)
+            else:
+                buf = torch.empty(spec.shape, dtype=dest.dtype)
+                views.append(byte_view(buf))
+                keep.append(buf)
+                staged.append(_Pending(dest, buf))
+        # An alias is copied from its target's destination, so after the target's staging.
+        return cls(layout, views, keep, staged + aliases)
+
+
+def build_manifest(src: TensorBytes) -> Manifest:
+    """Hash every chunk of ``src`` (xxh3-128, ~30 GB/s) and build its manifest."""
+    return Manifest(src.layout, [src.chunk_digest(i) for i in range(src.layout.num_chunks)])
+
+
+def empty_like_manifest(manifest: Manifest) -> dict[str, torch.Tensor]:
+    """Fresh, pre-touched CPU tensors shaped like the version (aliases tied as published)."""
+    out: dict[str, torch.Tensor] = {}
+    for spec in manifest.tensors:
+        if spec.alias_of is not None:
+            out[spec.name] = out[spec.alias_of]
+        else:
+            t = torch.empty(spec.shape, dtype=torch_dtype(spec.dtype))
+            # Touch every page now, so page faults stay off the receive path.
+            t.reshape(-1).view(torch.uint8).zero_()
+            out[spec.name] = t
+    return out

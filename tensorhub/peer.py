@@ -1,0 +1,235 @@
+"""The data-plane protocol on one connection, in both directions.
+
+Either end of a connection may ask the other for manifests and chunks, and answers the
+other's requests from its :class:`~tensorhub.store.LocalStore`. Replies go out in request
+order through one writer task per connection, which applies backpressure and counts a
+replica's upload as finished only once its bytes left our buffers (uvloop sends memoryviews
+by reference, so that is when the publisher's memory is no longer read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .core.digest import digest_parts
+from .core.errors import ChecksumMismatch, ProtocolError, TransferError
+from .core.manifest import Manifest
+from .core.messages import ChunkData, Error, GetChunk, GetManifest, ManifestData, Message
+from .io.tcp import Connection
+from .store import LocalStore, Replica, UnknownVersion
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED_REQUESTS = 512
+"""Requests a peer may have queued on us at once; more is a protocol violation."""
+
+
+@dataclass
+class _Request:
+    fut: asyncio.Future[object]
+    chunk: int = -1
+    replica: Replica | None = None
+    parts: list[memoryview] = field(default_factory=list)
+    expected_root: bytes | None = None
+
+
+@dataclass
+class _Reply:
+    msg: Message
+    replica: Replica | None = None
+    chunk: int = -1
+
+
+class PeerHandler:
+    """Serves and fetches manifests and chunks over one authenticated connection."""
+
+    def __init__(self, conn: Connection, store: LocalStore) -> None:
+        self.conn = conn
+        self.store = store
+        self._next_req = 1
+        self._pending: dict[int, _Request] = {}
+        self._out: deque[_Reply] = deque()
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self.chunks_served = 0
+        self.bytes_served = 0
+        self.closed_error: BaseException | None = None
+
+    # -- Handler interface ---------------------------------------------------------------
+
+    def on_frame(self, conn: Connection, msg: Message, payload_len: int) -> Sequence[memoryview] | None:
+        if isinstance(msg, GetChunk | GetManifest):
+            self._queue_reply(msg)
+            return None
+        if isinstance(msg, ChunkData):
+            req = self._pending.get(msg.req)
+            if req is None or req.replica is None:
+                raise ProtocolError(f"unsolicited chunk reply req={msg.req}")
+            if msg.chunk != req.chunk or payload_len != sum(len(p) for p in req.parts):
+                raise ProtocolError(
+                    f"chunk reply req={msg.req} is chunk {msg.chunk} of {payload_len} bytes; "
+                    f"asked for chunk {req.chunk} of {sum(len(p) for p in req.parts)}"
+                )
+            return req.parts
+        if isinstance(msg, ManifestData):
+            if msg.req not in self._pending:
+                raise ProtocolError(f"unsolicited manifest reply req={msg.req}")
+            return None
+        if isinstance(msg, Error):
+            if msg.req is None:
+                log.warning("peer %s: %s: %s", conn.peer, msg.code, msg.message)
+                return None
+            req = self._pending.pop(msg.req, None)
+            if req is not None and not req.fut.done():
+                req.fut.set_exception(TransferError(f"{conn.peer}: {msg.code}: {msg.message}"))
+            return None
+        raise ProtocolError(f"unexpected {type(msg).__name__} on the data plane")
+
+    def on_payload(self, conn: Connection, msg: Message, parts: Sequence[memoryview]) -> None:
+        assert isinstance(msg, ChunkData | ManifestData)
+        req = self._pending.pop(msg.req, None)
+        if req is None or req.fut.done():
+            return
+        if isinstance(msg, ChunkData):
+            got = digest_parts(parts)
+            assert req.replica is not None
+            want = req.replica.manifest.digests[req.chunk]
+            if got != want:
+                req.fut.set_exception(
+                    ChecksumMismatch(
+                        f"chunk {req.chunk} of {req.replica.model} v{req.replica.version} from "
+                        f"{conn.peer}: digest {got.hex()} != manifest {want.hex()}"
+                    )
+                )
+            else:
+                req.fut.set_result(None)
+            return
+        try:
+            manifest = Manifest.decode(bytes(parts[0]) if parts else b"", req.expected_root)
+            if manifest.root != msg.root:
+                raise ProtocolError("manifest reply root does not match its bytes")
+        except Exception as e:
+            req.fut.set_exception(e)
+        else:
+            req.fut.set_result(manifest)
+
+    def on_close(self, conn: Connection, exc: BaseException | None) -> None:
+        self.closed_error = exc
+        err = TransferError(
+            f"peer {conn.peer} vanished with {len(self._pending)} request(s) in flight"
+            + (f": {exc}" if exc else "")
+        )
+        for req in self._pending.values():
+            if not req.fut.done():
+                req.fut.set_exception(err)
+                req.fut.exception()  # retrieved by whoever awaits; never "never retrieved"
+        self._pending.clear()
+        self._wake.set()
+
+    # -- serving -------------------------------------------------------------------------
+
+    def _queue_reply(self, msg: GetChunk | GetManifest) -> None:
+        if len(self._out) >= MAX_QUEUED_REQUESTS:
+            raise ProtocolError(f"more than {MAX_QUEUED_REQUESTS} requests queued")
+        try:
+            replica = self.store.get(msg.model, msg.version)
+        except UnknownVersion as e:
+            self._out.append(_Reply(Error("unknown_version", str(e), msg.req)))
+        else:
+            if isinstance(msg, GetManifest):
+                self._out.append(_Reply(ManifestData(msg.req, replica.manifest.root), replica))
+            elif not 0 <= msg.chunk < replica.manifest.num_chunks:
+                self._out.append(_Reply(Error("bad_chunk", f"no chunk {msg.chunk}", msg.req)))
+            elif not replica.have[msg.chunk]:
+                self._out.append(
+                    _Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req))
+                )
+            else:
+                replica.begin_upload()
+                self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk))
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        self._wake.set()
+
+    async def _write_loop(self) -> None:
+        unflushed: deque[tuple[int, Replica]] = deque()
+        conn = self.conn
+        try:
+            while not conn.is_closing:
+                while unflushed and unflushed[0][0] <= conn.flushed:
+                    unflushed.popleft()[1].end_upload()
+                if not self._out:
+                    if unflushed:
+                        await conn.wait_flushed(unflushed[-1][0])
+                        continue
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                reply = self._out.popleft()
+                if isinstance(reply.msg, ManifestData):
+                    assert reply.replica is not None
+                    await conn.send(reply.msg, [reply.replica.manifest.encode()])
+                elif isinstance(reply.msg, ChunkData):
+                    assert reply.replica is not None
+                    try:
+                        parts = reply.replica.data.read_parts(reply.chunk)
+                        await conn.send(reply.msg, parts)
+                    except BaseException:
+                        reply.replica.end_upload()
+                        raise
+                    unflushed.append((conn.bytes_sent, reply.replica))
+                    self.chunks_served += 1
+                    self.bytes_served += sum(len(p) for p in parts)
+                else:
+                    await conn.send(reply.msg)
+        except TransferError:
+            pass  # the connection closed under us; on_close tells the other side's waiters
+        finally:
+            for _mark, replica in unflushed:
+                replica.end_upload()
+            for reply in self._out:
+                if isinstance(reply.msg, ChunkData) and reply.replica is not None:
+                    reply.replica.end_upload()
+            self._out.clear()
+
+    # -- fetching ------------------------------------------------------------------------
+
+    def _new_request(self, **kw: object) -> tuple[int, _Request]:
+        if self.conn.is_closing:
+            raise TransferError(f"connection to {self.conn.peer} is closed")
+        rid = self._next_req
+        self._next_req += 1
+        req = _Request(asyncio.get_running_loop().create_future(), **kw)  # type: ignore[arg-type]
+        self._pending[rid] = req
+        return rid, req
+
+    async def get_manifest(
+        self, model: str, version: int, expected_root: bytes | None = None
+    ) -> Manifest:
+        rid, req = self._new_request(expected_root=expected_root)
+        await self.conn.send(GetManifest(rid, model, version))
+        result = await req.fut
+        assert isinstance(result, Manifest)
+        return result
+
+    async def get_chunk(self, replica: Replica, chunk: int) -> None:
+        """Fetch chunk ``chunk`` into ``replica``'s memory and verify it; then it is held."""
+        parts = replica.data.write_parts(chunk)
+        rid, req = self._new_request(chunk=chunk, replica=replica, parts=parts)
+        # If we are cancelled, the request stays registered: its reply is still received
+        # (into the same memory) and dropped, so the connection stays in sync.
+        await self.conn.send(GetChunk(rid, replica.model, replica.version, chunk))
+        await req.fut
+        replica.mark(chunk)
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        await self.conn.aclose()

@@ -1,0 +1,94 @@
+"""The versions this node holds in memory, and which of their chunks are verified.
+
+A :class:`Replica` is a version's manifest plus the tensor memory its chunks live in. A
+publisher's replica is complete at once; a fetcher's fills chunk by chunk, and a chunk is
+marked held only after its digest matched (so it is never served or advertised before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from .core.errors import TensorHubError
+from .core.manifest import Manifest
+from .io.tensors import TensorBytes
+
+
+class UnknownVersion(TensorHubError, KeyError):
+    """This node does not hold (model, version)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown version"
+
+
+@dataclass
+class Replica:
+    model: str
+    version: int
+    manifest: Manifest
+    data: TensorBytes
+    have: bytearray = field(default_factory=bytearray)
+    uploads: int = 0
+    withdrawn: bool = False
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        if not self.have:
+            self.have = bytearray(self.manifest.num_chunks)
+        self._idle.set()
+
+    @property
+    def complete(self) -> bool:
+        return all(self.have)
+
+    @property
+    def held(self) -> int:
+        return sum(self.have)
+
+    def mark(self, chunk: int) -> None:
+        self.have[chunk] = 1
+
+    def begin_upload(self) -> None:
+        self.uploads += 1
+        self._idle.clear()
+
+    def end_upload(self) -> None:
+        self.uploads -= 1
+        if self.uploads == 0:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Wait until no upload reads this replica's memory."""
+        await self._idle.wait()
+
+
+class LocalStore:
+    """(model, version) → Replica for everything this node can serve."""
+
+    def __init__(self) -> None:
+        self._replicas: dict[tuple[str, int], Replica] = {}
+
+    def add(self, replica: Replica) -> None:
+        key = (replica.model, replica.version)
+        if key in self._replicas:
+            raise ValueError(f"{replica.model} v{replica.version} is already held here")
+        self._replicas[key] = replica
+
+    def get(self, model: str, version: int) -> Replica:
+        r = self._replicas.get((model, version))
+        if r is None or r.withdrawn:
+            raise UnknownVersion(f"{model} v{version} is not held by this node")
+        return r
+
+    def remove(self, model: str, version: int) -> Replica:
+        r = self.get(model, version)
+        r.withdrawn = True
+        del self._replicas[(model, version)]
+        return r
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._replicas.values()))
+
+    def __len__(self) -> int:
+        return len(self._replicas)
