@@ -1,0 +1,32 @@
+"""tensorhub: reference-oriented storage for LLM RL weight transfer.
+
+A trainer publishes a version of its weights; nothing is copied into a store; rollout
+workers fetch it from whoever holds it and become holders themselves.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .core.errors import (
+    AuthenticationError,
+    ChecksumMismatch,
+    ManifestError,
+    ProtocolError,
+    TensorHubError,
+    TransferError,
+)
+from .core.manifest import Manifest
+from .node import Node
+
+__all__ = [
+    "AuthenticationError",
+    "ChecksumMismatch",
+    "Manifest",
+    "ManifestError",
+    "Node",
+    "ProtocolError",
+    "TensorHubError",
+    "TransferError",
+    "__version__",
+]

@@ -20,7 +20,7 @@ from .peer import PeerHandler
 from .store import Replica
 
 DEFAULT_WINDOW = 8
-"""Chunk requests in flight per peer: 8 × 4 MiB keeps a loopback link busy."""
+"""Chunk requests in flight per peer: 8 x 4 MiB keeps a loopback link busy."""
 
 
 @dataclass(frozen=True)

@@ -78,11 +78,11 @@ class Node:
             conn = await tcp.connect(
                 addr, node=self.name, secret=self._secret, handler_factory=self._handler
             )
-            h = conn.handler
-            assert isinstance(h, PeerHandler)
-            self._peers[addr] = h
-            fut.set_result(h)
-            return h
+            handler = conn.handler
+            assert isinstance(handler, PeerHandler)
+            self._peers[addr] = handler
+            fut.set_result(handler)
+            return handler
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()

@@ -62,7 +62,9 @@ class PeerHandler:
 
     # -- Handler interface ---------------------------------------------------------------
 
-    def on_frame(self, conn: Connection, msg: Message, payload_len: int) -> Sequence[memoryview] | None:
+    def on_frame(
+        self, conn: Connection, msg: Message, payload_len: int
+    ) -> Sequence[memoryview] | None:
         if isinstance(msg, GetChunk | GetManifest):
             self._queue_reply(msg)
             return None
@@ -146,9 +148,7 @@ class PeerHandler:
             elif not 0 <= msg.chunk < replica.manifest.num_chunks:
                 self._out.append(_Reply(Error("bad_chunk", f"no chunk {msg.chunk}", msg.req)))
             elif not replica.have[msg.chunk]:
-                self._out.append(
-                    _Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req))
-                )
+                self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
             else:
                 replica.begin_upload()
                 self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk))

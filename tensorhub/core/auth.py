@@ -50,13 +50,17 @@ class ClientHandshake:
 
     def on_challenge(self, ch: Challenge) -> Auth:
         _check_nonce(ch.nonce)
-        want = _mac(self._secret, _SERVER, self._nonce, ch.nonce, self._node.encode(),
-                    ch.node.encode())
+        want = _mac(
+            self._secret, _SERVER, self._nonce, ch.nonce, self._node.encode(), ch.node.encode()
+        )
         if not hmac.compare_digest(want, ch.mac):
             raise AuthenticationError(f"server {ch.node!r} failed to prove the cluster secret")
         self.peer = ch.node
-        return Auth(_mac(self._secret, _CLIENT, ch.nonce, self._nonce, ch.node.encode(),
-                         self._node.encode()))
+        return Auth(
+            _mac(
+                self._secret, _CLIENT, ch.nonce, self._nonce, ch.node.encode(), self._node.encode()
+            )
+        )
 
     def on_welcome(self, _msg: Welcome) -> None:
         if self.peer is None:
@@ -79,15 +83,22 @@ class ServerHandshake:
             raise ProtocolError(f"peer speaks protocol {h.proto}, this node {self._proto}")
         _check_nonce(h.nonce)
         self._peer_nonce, self.peer = h.nonce, h.node
-        mac = _mac(self._secret, _SERVER, h.nonce, self._nonce, h.node.encode(),
-                   self._node.encode())
+        mac = _mac(
+            self._secret, _SERVER, h.nonce, self._nonce, h.node.encode(), self._node.encode()
+        )
         return Challenge(self._node, self._nonce, mac)
 
     def on_auth(self, a: Auth) -> Welcome:
         if self._peer_nonce is None or self.peer is None:
             raise ProtocolError("Auth before Hello")
-        want = _mac(self._secret, _CLIENT, self._nonce, self._peer_nonce, self._node.encode(),
-                    self.peer.encode())
+        want = _mac(
+            self._secret,
+            _CLIENT,
+            self._nonce,
+            self._peer_nonce,
+            self._node.encode(),
+            self.peer.encode(),
+        )
         if not hmac.compare_digest(want, a.mac):
             raise AuthenticationError(f"client {self.peer!r} failed to prove the cluster secret")
         self.done = True

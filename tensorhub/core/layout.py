@@ -75,9 +75,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 def _check_geometry(chunk_size: int, align: int) -> None:
     if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
-        raise ManifestError(
-            f"chunk_size {chunk_size} outside [{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]"
-        )
+        raise ManifestError(f"chunk_size {chunk_size} outside [{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]")
     if align < 1 or align > 4096 or align & (align - 1):
         raise ManifestError(f"align {align} is not a power of two in [1, 4096]")
 
@@ -109,8 +107,7 @@ def plan_layout(
                 )
             if (target.dtype, target.shape) != (d.dtype, tuple(d.shape)):
                 raise ManifestError(
-                    f"tensor {d.name!r}: alias of {d.alias_of!r} with a different "
-                    "dtype or shape"
+                    f"tensor {d.name!r}: alias of {d.alias_of!r} with a different dtype or shape"
                 )
             spec = TensorSpec(d.name, d.dtype, tuple(d.shape), target.offset, nbytes, d.alias_of)
         else:
@@ -134,9 +131,7 @@ class Layout:
         self.chunk_size = chunk_size
         self.align = align
         # Physical tensors: the ones that own bytes (not aliases, not empty), in offset order.
-        self._phys = [
-            i for i, t in enumerate(tensors) if t.alias_of is None and t.nbytes > 0
-        ]
+        self._phys = [i for i, t in enumerate(tensors) if t.alias_of is None and t.nbytes > 0]
         self._starts = [tensors[i].offset for i in self._phys]
         self._ends = [tensors[i].offset + tensors[i].nbytes for i in self._phys]
         self._segments: dict[int, tuple[Segment, ...]] = {}
@@ -201,10 +196,10 @@ class Layout:
         return {t.name: i for i, t in enumerate(self.tensors)}
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Layout)
-            and (self.tensors, self.chunk_size, self.align)
-            == (other.tensors, other.chunk_size, other.align)
+        return isinstance(other, Layout) and (self.tensors, self.chunk_size, self.align) == (
+            other.tensors,
+            other.chunk_size,
+            other.align,
         )
 
     def __hash__(self) -> int:

@@ -88,7 +88,7 @@ class Manifest:
             raise ManifestError(f"manifest of {len(data)} bytes exceeds {MAX_MANIFEST_BYTES}")
         try:
             wire = _decoder.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, ValueError) as e:  # ValueError: e.g. invalid UTF-8
             raise ManifestError(f"malformed manifest: {e}") from None
         if wire.format != FORMAT:
             raise ManifestError(f"manifest format {wire.format}, this build reads {FORMAT}")
@@ -122,4 +122,3 @@ class Manifest:
             f"Manifest(root={self.root.hex()[:16]}…, tensors={len(self.tensors)}, "
             f"bytes={self.total_bytes}, chunks={self.num_chunks})"
         )
-

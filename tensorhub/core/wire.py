@@ -78,7 +78,7 @@ def decode_header(data: bytes | memoryview) -> Message:
     """Decode one header's msgpack with full schema checks."""
     try:
         return _decoder().decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except (msgspec.DecodeError, ValueError) as e:  # ValueError: e.g. invalid UTF-8
         raise ProtocolError(f"bad frame header: {e}") from None
 
 
@@ -142,11 +142,7 @@ class FrameReader:
             raise ProtocolError("reader is closed after a protocol error")
         if self._state == _SINK_PENDING:
             self._default_sink()
-        if (
-            self._state == _PAYLOAD
-            and self._start == self._end
-            and self._part < len(self._parts)
-        ):
+        if self._state == _PAYLOAD and self._start == self._end and self._part < len(self._parts):
             self._into_sink = True
             return self._parts[self._part][self._part_off :]
         self._into_sink = False

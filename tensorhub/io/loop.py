@@ -22,4 +22,4 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a hard dependency on Linux
         return asyncio.run(main)
-    return uvloop.run(main)  # type: ignore[no-any-return]
+    return uvloop.run(main)

@@ -16,6 +16,7 @@ the node keeps running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -39,7 +40,9 @@ HANDSHAKE_TIMEOUT = 10.0
 class Handler(Protocol):
     """What a connection delivers authenticated frames to."""
 
-    def on_frame(self, conn: Connection, msg: Message, payload_len: int) -> Sequence[memoryview] | None:
+    def on_frame(
+        self, conn: Connection, msg: Message, payload_len: int
+    ) -> Sequence[memoryview] | None:
         """A header arrived. For a payload frame, return where its bytes go (or None: the
         connection allocates a buffer). Raising ProtocolError closes the connection."""
 
@@ -234,7 +237,8 @@ class Connection(asyncio.BufferedProtocol):
         uvloop writes payload memoryviews by reference, so a buffer handed to :meth:`send`
         is still read until then; this is what the mutability contract waits on.
         """
-        while not self.is_closing and self.flushed < mark:
+        # Transports signal only the low-water mark, not "fully flushed": poll (rare path).
+        while not self.is_closing and self.flushed < mark:  # noqa: ASYNC110
             await asyncio.sleep(poll)
 
     @property
@@ -253,10 +257,8 @@ class Connection(asyncio.BufferedProtocol):
         tr = self._transport
         if tr is not None and not tr.is_closing():
             code = "auth" if isinstance(exc, AuthenticationError) else "protocol"
-            try:
+            with contextlib.suppress(Exception):  # best effort: the peer may be gone
                 tr.write(encode_header(Error(code, str(exc)[:512])))
-            except Exception:  # pragma: no cover - the frame always encodes
-                pass
             tr.close()
 
     def close(self) -> None:
@@ -271,7 +273,7 @@ class Connection(asyncio.BufferedProtocol):
 class Server:
     """A listening socket that turns each accepted connection into a :class:`Connection`."""
 
-    def __init__(self, server: asyncio.AbstractServer, conns: set[Connection]) -> None:
+    def __init__(self, server: asyncio.Server, conns: set[Connection]) -> None:
         self._server = server
         self.connections = conns
 

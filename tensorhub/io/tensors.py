@@ -60,7 +60,8 @@ def byte_view(t: torch.Tensor) -> memoryview:
         raise ValueError("byte_view needs a contiguous tensor")
     if t.numel() == 0:
         return memoryview(bytearray(0))
-    return memoryview(t.detach().reshape(-1).view(torch.uint8).numpy()).cast("B")
+    arr = t.detach().reshape(-1).view(torch.uint8).numpy()
+    return memoryview(arr).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
 
 
 def _alias_key(t: torch.Tensor) -> tuple[object, ...]:
@@ -152,9 +153,7 @@ class TensorBytes:
         return cls(layout, views, keep)
 
     @classmethod
-    def for_destination(
-        cls, manifest: Manifest, into: Mapping[str, torch.Tensor]
-    ) -> TensorBytes:
+    def for_destination(cls, manifest: Manifest, into: Mapping[str, torch.Tensor]) -> TensorBytes:
         """Views of a fetcher's preallocated tensors; refuses any mismatch before a byte moves."""
         layout = manifest.layout
         names = {t.name for t in layout.tensors}

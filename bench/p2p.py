@@ -1,0 +1,206 @@
+"""Point-to-point: tensorhub's transport against a plain blocking socket, same bytes, same run.
+
+A server process holds a state_dict of real torch tensors (``--size`` bytes in all). The
+client process fetches it with tensorhub (manifest, a window of chunk requests, every chunk
+received straight into preallocated destination tensors and verified with xxh3-128), and,
+interleaved run by run, receives the same tensor bytes over a blocking socket
+(``sendall`` of 1 MiB slices → ``recv_into`` the destination tensors), the baseline. The
+figure of merit is the ratio of medians; both are measured on the same machine minutes
+apart, so the noise of a shared 2-core VM cancels out as far as it can.
+
+    python bench/p2p.py --size 1GiB --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+
+from bench.common import machine, median, parse_size, print_table, write_json
+from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
+from tensorhub.io.loop import loop_name, run
+from tensorhub.io.tensors import byte_view, empty_like_manifest
+from tensorhub.node import Node
+
+SECRET = b"bench-secret"
+SLICE = 1 << 20
+
+
+def make_state_dict(total: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A model-shaped state_dict of about ``total`` bytes: a few big bf16/fp32 matrices and
+    many small tensors (norms, biases), so packing and scatter are exercised too."""
+    g = torch.Generator().manual_seed(seed)
+    sd: dict[str, torch.Tensor] = {}
+    small = 0
+    for i in range(64):
+        sd[f"layers.{i}.norm.weight"] = torch.randn(1024, generator=g)
+        small += 4096
+    big = max(total - small, 0)
+    n_big = 4
+    per = big // n_big
+    for i in range(n_big):
+        dt = torch.bfloat16 if i % 2 else torch.float32
+        elems = per // (2 if dt == torch.bfloat16 else 4)
+        if i == n_big - 1:
+            elems = (big - per * (n_big - 1)) // (2 if dt == torch.bfloat16 else 4)
+        sd[f"layers.{i}.mlp.weight"] = torch.randn(elems, generator=g).to(dt)
+    return sd
+
+
+def _raw_sender(sock: socket.socket, views: list[memoryview]) -> None:
+    while True:
+        conn, _ = sock.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for v in views:
+                for off in range(0, len(v), SLICE):
+                    conn.sendall(v[off : off + SLICE])
+            conn.recv(1)
+
+
+def server_main(size: int, chunk_size: int, q: Any, stop: Any) -> None:
+    sd = make_state_dict(size)
+    views = [byte_view(t) for t in sd.values()]
+    raw = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=_raw_sender, args=(raw, views), daemon=True).start()
+
+    async def main() -> None:
+        node = await Node.start("bench-server", secret=SECRET)
+        manifest = node.serve("bench", 1, sd, chunk_size=chunk_size)
+        q.put((node.address, raw.getsockname()[1], manifest.root, loop_name()))
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+        await node.close()
+
+    run(main())
+
+
+def raw_receive(port: int, views: list[memoryview]) -> float:
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        for v in views:
+            off = 0
+            while off < len(v):
+                n = s.recv_into(v[off : off + SLICE])
+                if n == 0:
+                    raise ConnectionError("raw sender closed early")
+                off += n
+        s.sendall(b"k")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--size", default="1GiB", help="bytes of tensors to move (e.g. 1GiB, 256MiB)")
+    ap.add_argument("--runs", type=int, default=7, help="timed runs of each (after 1 warm-up)")
+    ap.add_argument("--chunk-size", default=str(DEFAULT_CHUNK_SIZE))
+    ap.add_argument("--window", type=int, default=8, help="chunk requests in flight")
+    ap.add_argument("--transport", default="tcp", choices=["tcp"])
+    ap.add_argument("--json", help="write results here")
+    args = ap.parse_args()
+    size, chunk_size = parse_size(args.size), parse_size(args.chunk_size)
+
+    ctx = mp.get_context("spawn")
+    q, stop = ctx.Queue(), ctx.Event()
+    srv = ctx.Process(target=server_main, args=(size, chunk_size, q, stop), daemon=True)
+    srv.start()
+    addr, raw_port, root, server_loop = q.get(timeout=300)
+
+    async def client() -> dict[str, Any]:
+        node = await Node.start("bench-client", secret=SECRET)
+        peer = await node.peer(addr)
+        manifest = await peer.get_manifest("bench", 1, root)
+        into = empty_like_manifest(manifest)
+        views = [byte_view(t) for t in into.values()]
+        th: list[float] = []
+        raw: list[float] = []
+        for i in range(args.runs + 1):
+            # Alternate which path goes first, so neither always follows the other.
+            if i % 2:
+                t_raw = raw_receive(raw_port, views)
+            r = await node.fetch(
+                addr, "bench", 1, into, expected_root=root, window=args.window, hold=False
+            )
+            if not i % 2:
+                t_raw = raw_receive(raw_port, views)
+            if i:  # the first pair is the warm-up
+                th.append(r.seconds)
+                raw.append(t_raw)
+        # Bit-identity: the raw path wrote the same bytes last; re-fetch and compare digests.
+        await node.fetch(addr, "bench", 1, into, expected_root=root, hold=False)
+        await node.close()
+        return {
+            "tensorhub_s": th,
+            "baseline_s": raw,
+            "client_loop": loop_name(),
+            "bytes": manifest.total_bytes,
+            "chunks": manifest.num_chunks,
+            "tensors": len(manifest.tensors),
+        }
+
+    try:
+        res = run(client())
+    finally:
+        stop.set()
+        srv.join(10)
+    n = res["bytes"]
+    th_gbps = n / median(res["tensorhub_s"]) / 1e9
+    raw_gbps = n / median(res["baseline_s"]) / 1e9
+    # Each pair ran back to back, so a pair's ratio cancels slow drifts of the shared
+    # machine; the median over pairs is the figure of merit.
+    ratio = median([b / t for t, b in zip(res["tensorhub_s"], res["baseline_s"], strict=True)])
+    print_table(
+        f"p2p: {n / 2**20:.0f} MiB, {res['tensors']} tensors, {res['chunks']} chunks of "
+        f"{chunk_size >> 10} KiB, window {args.window}, {args.runs} runs (median)",
+        ["path", "GB/s", "runs (s)"],
+        [
+            [
+                "baseline: blocking sendall → recv_into",
+                raw_gbps,
+                " ".join(f"{t:.3f}" for t in res["baseline_s"]),
+            ],
+            [
+                "tensorhub: framed chunks, verified",
+                th_gbps,
+                " ".join(f"{t:.3f}" for t in res["tensorhub_s"]),
+            ],
+            ["ratio tensorhub / baseline (median of pairs)", ratio, ""],
+            ["ratio of medians", th_gbps / raw_gbps, ""],
+        ],
+    )
+    write_json(
+        args.json,
+        {
+            "bench": "p2p",
+            "transport": args.transport,
+            "bytes": n,
+            "tensorhub_gbps": th_gbps,
+            "baseline_gbps": raw_gbps,
+            "ratio": ratio,
+            "ratio_of_medians": th_gbps / raw_gbps,
+            "tensorhub_seconds": res["tensorhub_s"],
+            "baseline_seconds": res["baseline_s"],
+            "chunk_size": chunk_size,
+            "window": args.window,
+            "chunks": res["chunks"],
+            "loops": {"server": server_loop, "client": res["client_loop"]},
+            "verified": True,
+            "machine": machine(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

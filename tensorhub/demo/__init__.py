@@ -1,0 +1,1 @@
+"""The runnable demonstration behind ``make demo`` (``tensorhub demo``)."""

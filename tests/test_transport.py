@@ -1,0 +1,212 @@
+"""The real TCP stack on loopback: handshake, zero-copy transfer and every failure path."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+import torch
+
+from tensorhub.core.errors import AuthenticationError, ChecksumMismatch, TransferError
+from tensorhub.core.messages import GetChunk
+from tensorhub.core.wire import encode_header
+from tensorhub.io import tcp
+from tensorhub.io.tensors import empty_like_manifest
+from tensorhub.node import Node
+from tensorhub.peer import MAX_QUEUED_REQUESTS
+
+from .models import awkward, every_dtype, same_bytes
+
+SECRET = b"test-secret"
+
+
+@contextlib.asynccontextmanager
+async def nodes(n: int, secret: bytes = SECRET) -> AsyncIterator[list[Node]]:
+    started = [await Node.start(f"n{i}", secret=secret) for i in range(n)]
+    try:
+        yield started
+    finally:
+        for node in started:
+            await node.close()
+
+
+def big_model(mib: int = 32) -> dict[str, torch.Tensor]:
+    return {"w": torch.arange(mib << 18, dtype=torch.float32), "b": torch.ones(3)}
+
+
+@pytest.mark.parametrize("make", [every_dtype, awkward], ids=["every_dtype", "awkward"])
+async def test_fetch_is_bit_identical(make: object) -> None:
+    sd = make()  # type: ignore[operator]
+    async with nodes(2) as (a, b):
+        m = a.serve("m", 1, sd, chunk_size=16384)
+        into = empty_like_manifest(m)
+        r = await b.fetch(a.address, "m", 1, into, expected_root=m.root)
+        assert r.bytes == m.total_bytes and r.chunks == m.num_chunks
+        for k, t in sd.items():
+            assert same_bytes(t, into[k]), k
+        # The fetcher now holds the version and serves it onward, verified.
+        async with nodes(1) as (c,):
+            again = empty_like_manifest(m)
+            await c.fetch(b.address, "m", 1, again, expected_root=m.root)
+            for k, t in sd.items():
+                assert same_bytes(t, again[k]), k
+
+
+async def test_wrong_secret_is_refused_and_server_keeps_serving() -> None:
+    async with nodes(1) as (a,):
+        m = a.serve("m", 1, {"x": torch.ones(10)})
+        async with nodes(1, secret=b"wrong") as (intruder,):
+            with pytest.raises(AuthenticationError):
+                await intruder.peer(a.address)
+        async with nodes(1) as (b,):
+            into = empty_like_manifest(m)
+            await b.fetch(a.address, "m", 1, into)
+            assert torch.equal(into["x"], torch.ones(10))
+
+
+async def _raw_exchange(addr: str, data: bytes) -> bytes:
+    host, port = tcp.parse_address(addr)
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(data)
+    await writer.drain()
+    got = await asyncio.wait_for(reader.read(), 5)  # until the server closes on us
+    writer.close()
+    return got
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        encode_header(GetChunk(1, "m", 1, 0)),  # a request without authenticating first
+        b"\x00" * 100,
+    ],
+    ids=["http", "unauthenticated_request", "zeros"],
+)
+async def test_strangers_are_dropped_and_learn_nothing(data: bytes) -> None:
+    async with nodes(2) as (a, b):
+        a.serve("m", 1, {"secret_weights": torch.full((1000,), 7.0)})
+        got = await _raw_exchange(a.address, data)
+        assert b"\x00\x00\xe0\x40" not in got  # no byte of the weights (7.0f) leaked
+        assert len(got) < 1024  # at most an Error frame
+        into = {"secret_weights": torch.zeros(1000)}
+        await b.fetch(a.address, "m", 1, into)
+        assert torch.equal(into["secret_weights"], torch.full((1000,), 7.0))
+
+
+async def test_garbage_after_auth_drops_only_that_connection() -> None:
+    async with nodes(3) as (a, b, c):
+        m = a.serve("m", 1, {"x": torch.ones(100)})
+        peer = await b.peer(a.address)
+        transport = peer.conn._transport
+        assert transport is not None
+        transport.write(b"TH\x01\x00" + b"\xff" * 12)  # valid magic, absurd lengths
+        await asyncio.wait_for(peer.conn.closed, 5)
+        with pytest.raises(TransferError):
+            await peer.get_manifest("m", 1)
+        into = empty_like_manifest(m)
+        await c.fetch(a.address, "m", 1, into)  # the server is fine
+        await b.fetch(a.address, "m", 1, empty_like_manifest(m))  # b redials
+
+
+async def test_unknown_version_is_a_clear_error() -> None:
+    async with nodes(2) as (a, b):
+        a.serve("m", 1, {"x": torch.ones(3)})
+        with pytest.raises(TransferError, match=r"unknown_version: m v2 is not held"):
+            await b.fetch(a.address, "m", 2, {"x": torch.zeros(3)})
+        peer = await b.peer(a.address)
+        with pytest.raises(TransferError, match="unknown_version"):
+            await peer.get_manifest("other", 1)
+
+
+async def test_peer_vanishing_mid_transfer_fails_the_fetch_cleanly() -> None:
+    async with nodes(2) as (a, b):
+        m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
+        into = empty_like_manifest(m)
+        task = asyncio.create_task(b.fetch(a.address, "m", 1, into, window=2))
+        while not a.handlers or not any(h.chunks_served for h in a.handlers):
+            await asyncio.sleep(0.001)
+        for h in list(a.handlers):
+            assert h.conn._transport is not None
+            h.conn._transport.abort()  # like kill -9: no goodbye
+        with pytest.raises(TransferError, match=r"vanished|lost|closed"):
+            await task
+        # b did not advertise a partial copy and can fetch again once the peer is back.
+        assert len(b.store) == 0
+        await b.fetch(a.address, "m", 1, into)
+        assert torch.equal(into["w"], big_model(64)["w"])
+
+
+async def test_corrupt_holder_is_detected() -> None:
+    async with nodes(2) as (a, b):
+        sd = big_model(4)
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        sd["w"][12345] = -1.0  # the holder's memory no longer matches its manifest
+        with pytest.raises(ChecksumMismatch, match="chunk 0 of m v1 from n0"):
+            await b.fetch(a.address, "m", 1, empty_like_manifest(m))
+        assert len(b.store) == 0
+
+
+async def test_manifest_with_wrong_root_is_refused() -> None:
+    async with nodes(2) as (a, b):
+        a.serve("m", 1, {"x": torch.ones(3)})
+        with pytest.raises(Exception, match="expected"):
+            await b.fetch(a.address, "m", 1, {"x": torch.zeros(3)}, expected_root=b"\0" * 16)
+
+
+async def test_withdraw_waits_for_in_flight_uploads() -> None:
+    async with nodes(2) as (a, b):
+        sd = big_model(64)
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        replica = a.store.get("m", 1)
+        into = empty_like_manifest(m)
+        task = asyncio.create_task(b.fetch(a.address, "m", 1, into, window=8))
+        while replica.uploads == 0:
+            await asyncio.sleep(0)
+        await a.withdraw("m", 1)
+        # Nothing reads the publisher's memory any more: it may be mutated now.
+        assert replica.uploads == 0
+        with pytest.raises(TransferError, match="unknown_version"):
+            await task
+        assert len(b.store) == 0
+
+
+async def test_slow_reader_gets_backpressure_not_unbounded_buffers() -> None:
+    async with nodes(2) as (a, b):
+        m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
+        peer = await b.peer(a.address)
+        manifest = await peer.get_manifest("m", 1)
+        assert peer.conn._transport is not None
+        peer.conn._transport.pause_reading()
+        from tensorhub.io.tensors import TensorBytes
+        from tensorhub.store import Replica
+
+        replica = Replica(
+            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
+        )
+        tasks = [asyncio.create_task(peer.get_chunk(replica, i)) for i in range(40)]
+        await asyncio.sleep(0.3)
+        server_conn = next(iter(a.handlers)).conn
+        assert server_conn._transport is not None
+        buffered = server_conn._transport.get_write_buffer_size()
+        assert buffered <= tcp.HIGH_WATER + (1 << 20) + 4096, buffered
+        peer.conn._transport.resume_reading()
+        await asyncio.gather(*tasks)
+        assert replica.complete is False and replica.held == 40
+
+
+async def test_request_flood_is_a_protocol_violation() -> None:
+    async with nodes(2) as (a, b):
+        a.serve("m", 1, big_model(1), chunk_size=4096)
+        peer = await b.peer(a.address)
+        assert peer.conn._transport is not None
+        peer.conn._transport.pause_reading()  # never drain replies, so requests pile up
+        flood = b"".join(
+            encode_header(GetChunk(i, "m", 1, 0)) for i in range(MAX_QUEUED_REQUESTS * 4)
+        )
+        peer.conn._transport.write(flood)
+        server = next(iter(a.handlers))
+        await asyncio.wait_for(server.conn.closed, 5)
+        assert "requests queued" in str(server.conn.error)
