@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..core.raft import (
@@ -106,6 +106,7 @@ class Cluster:
         self.drop_rate = 0.0
         self.dup_rate = 0.0
         self.cut: set[tuple[str, str]] = set()
+        self.drop_if: Callable[[RaftMessage], bool] | None = None  # scripted scenarios
         self.snapshot_every = snapshot_every
         self.nodes: dict[str, SimNode] = {}
         for nid in (*self.voters, *self.learner_ids):
@@ -154,6 +155,9 @@ class Cluster:
                 f"{self.max_term[nid]} it had persisted"
             )
         self.nodes[nid] = node
+        # A restarted node replays its log from its snapshot: monotonicity restarts with it.
+        for key in [k for k in self.latest_seen if k[0] == nid]:
+            del self.latest_seen[key]
 
     def alive(self) -> list[str]:
         return [n for n, s in self.nodes.items() if s.alive]
@@ -179,6 +183,8 @@ class Cluster:
 
     def _send(self, m: RaftMessage) -> None:
         if (m.frm, m.to) in self.cut or m.to not in self.nodes:
+            return
+        if self.drop_if is not None and self.drop_if(m):
             return
         if self.drop_rate and self.rng.random() < self.drop_rate:
             return
@@ -292,7 +298,8 @@ class Cluster:
                         raise InvariantViolation(f"I6: {model} v{v} has two roots")
         p = self.pending.get(req)
         if p is not None and p.node == node.id and p.ret is None:
-            p.result = "committed" if result.committed else result.code
+            # "already": this exact shard was published before (and may be committed).
+            p.result = "committed" if result.committed and result.code == "ok" else result.code
             p.ret = self.now
             del self.pending[req]
 
