@@ -10,6 +10,7 @@ demand (I2 log matching); a violation raises :class:`InvariantViolation`.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 from collections.abc import Callable, Iterable
@@ -210,10 +211,9 @@ class Cluster:
             node = self.nodes.get(m.to)
             if node is None or not node.alive:
                 continue
-            try:
+            # A forwarded proposal may be dropped on the way: its client times out.
+            with contextlib.suppress(ProposalDropped):
                 node.core.step(m)
-            except ProposalDropped:
-                pass  # a forwarded proposal lost on the way: its client times out
             self.process(node)
         if self.now % TICK == 0:
             for node in self.nodes.values():
@@ -368,8 +368,8 @@ class Cluster:
             self._finish_read(node, p)
 
     def _finish_read(self, node: SimNode, p: Pending) -> None:
-        model, _index = p.arg  # type: ignore[misc]
-        p.result = node.registry.latest(model)
+        assert isinstance(p.arg, tuple)
+        p.result = node.registry.latest(str(p.arg[0]))
         p.ret = self.now
         del self.pending[p.req]
 

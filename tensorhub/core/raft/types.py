@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import msgspec
 
@@ -68,7 +68,8 @@ class RaftMessage(Message, frozen=True, tag="raft"):
     snapshot: Snapshot | None = None
 
 
-class ReadState(NamedTuple):
+@dataclass(frozen=True)
+class ReadState:
     """A linearizable read may be served once the state machine applied ``index``."""
 
     index: int
