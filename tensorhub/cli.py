@@ -17,13 +17,40 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="a trainer and a rollout process moving real weights")
     demo.add_argument("--versions", type=int, default=3)
     demo.add_argument("--steps", type=int, default=20, help="training steps per version")
+    voter = sub.add_parser("voter", help="run one Raft voter of the version registry")
+    voter.add_argument("--listen", required=True, help="host:port; also this voter's id")
+    voter.add_argument("--voters", required=True, help="comma-separated voter addresses")
+    voter.add_argument("--data-dir", required=True)
+    voter.add_argument("--name", default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     if args.cmd == "demo":
         from .demo.two_process import main as demo_main
 
         return demo_main(args.versions, args.steps)
+    if args.cmd == "voter":
+        return run_voter(args.listen, args.voters.split(","), args.data_dir, args.name)
     return 2  # pragma: no cover - argparse enforces a command
+
+
+def run_voter(listen: str, voters: list[str], data_dir: str, name: str | None) -> int:
+    """Serve as a voter until killed; prints ``READY <address>`` once listening."""
+    import asyncio
+
+    from .io.loop import run
+    from .io.raft_storage import RaftStorage
+    from .node import Node
+    from .raft_driver import RaftNode
+
+    async def main() -> None:
+        node = await Node.start(name or listen, listen=listen)
+        raft = RaftNode(node, voters, RaftStorage.open(data_dir))
+        await raft.start()
+        print(f"READY {node.address}", flush=True)
+        await asyncio.Event().wait()
+
+    run(main())
+    return 0
 
 
 if __name__ == "__main__":

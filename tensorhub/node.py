@@ -15,10 +15,11 @@ import torch
 
 from .core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
+from .core.messages import Message
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
 from .io import tcp
 from .io.tensors import TensorBytes, build_manifest
-from .peer import PeerHandler
+from .peer import ControlHandler, PeerHandler
 from .store import LocalStore, Replica
 
 
@@ -42,6 +43,8 @@ class Node:
         self._peers: dict[str, PeerHandler] = {}
         self._dialing: dict[str, asyncio.Future[PeerHandler]] = {}
         self.handlers: set[PeerHandler] = set()
+        self.control: dict[type[Message], ControlHandler] = {}
+        """Handlers for control-plane messages (Raft, registry requests), by type."""
 
     @classmethod
     async def start(
@@ -59,7 +62,7 @@ class Node:
         return self._server.address
 
     def _handler(self, conn: tcp.Connection) -> PeerHandler:
-        h = PeerHandler(conn, self.store)
+        h = PeerHandler(conn, self.store, self.control)
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))
         return h

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .core.digest import digest_parts
@@ -24,6 +24,9 @@ from .io.tcp import Connection
 from .store import LocalStore, Replica, UnknownVersion
 
 log = logging.getLogger(__name__)
+
+ControlHandler = Callable[["PeerHandler", Message], None]
+"""Receives a control-plane message (Raft, registry, gossip) that arrived on a connection."""
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
@@ -48,9 +51,15 @@ class _Reply:
 class PeerHandler:
     """Serves and fetches manifests and chunks over one authenticated connection."""
 
-    def __init__(self, conn: Connection, store: LocalStore) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        store: LocalStore,
+        control: Mapping[type[Message], ControlHandler] | None = None,
+    ) -> None:
         self.conn = conn
         self.store = store
+        self._control = control or {}
         self._next_req = 1
         self._pending: dict[int, _Request] = {}
         self._out: deque[_Reply] = deque()
@@ -67,6 +76,10 @@ class PeerHandler:
     ) -> Sequence[memoryview] | None:
         if isinstance(msg, GetChunk | GetManifest):
             self._queue_reply(msg)
+            return None
+        handler = self._control.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
             return None
         if isinstance(msg, ChunkData):
             req = self._pending.get(msg.req)
@@ -90,7 +103,7 @@ class PeerHandler:
             if req is not None and not req.fut.done():
                 req.fut.set_exception(TransferError(f"{conn.peer}: {msg.code}: {msg.message}"))
             return None
-        raise ProtocolError(f"unexpected {type(msg).__name__} on the data plane")
+        raise ProtocolError(f"unexpected {type(msg).__name__} on this connection")
 
     def on_payload(self, conn: Connection, msg: Message, parts: Sequence[memoryview]) -> None:
         assert isinstance(msg, ChunkData | ManifestData)

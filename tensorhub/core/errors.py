@@ -26,5 +26,9 @@ class ChecksumMismatch(TensorHubError):
     """Bytes received for a chunk do not hash to the digest in the manifest."""
 
 
+class NoQuorum(TensorHubError):
+    """The version registry could not commit or read in time (no leader, voters unreachable)."""
+
+
 class TransferError(TensorHubError):
     """A transfer could not complete: the peer vanished, refused or timed out."""

@@ -111,6 +111,34 @@ class ChunkData(Message, frozen=True, tag="chunk"):
     chunk: int
 
 
+# --- control plane -------------------------------------------------------------------------
+
+
+@register
+class RegistryRequest(Message, frozen=True, tag="reg_req"):
+    """Any node → a voter: propose a registry command or read from the registry.
+
+    ``op``: "propose" (``data`` is an encoded Proposal), "latest" (linearizable read of
+    ``model``), "status" (the voter's Raft role, term and leader), "versions" (the voter's
+    local view of ``model``'s committed versions; not linearizable).
+    """
+
+    req: int
+    op: str
+    model: str = ""
+    data: bytes = b""
+
+
+@register
+class RegistryReply(Message, frozen=True, tag="reg_reply"):
+    req: int
+    ok: bool
+    code: str = "ok"
+    message: str = ""
+    value: int = 0
+    data: bytes = b""
+
+
 def describe(msg: Any) -> str:
     """Short text for logs and errors."""
     return type(msg).__name__

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
 from dataclasses import dataclass
+from enum import IntEnum
 
 import msgspec
 

@@ -1,0 +1,107 @@
+"""Registry access from any node: voters are asked over the transport, with retries.
+
+A non-voter sends :class:`~tensorhub.core.messages.RegistryRequest` s to the voters (the
+last one that answered first, then the others), backing off exponentially between rounds,
+until the request succeeds or its deadline passes; then it raises :class:`NoQuorum`. A
+proposal carries a request id and registry commands are idempotent, so a retry after an
+unknown outcome is safe: re-publishing the same root is answered "already".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .core.errors import NoQuorum, TensorHubError, TransferError
+from .core.messages import Message, RegistryReply, RegistryRequest
+from .core.registry import Command, Proposal, Result, encode_proposal
+from .node import Node
+from .peer import PeerHandler
+
+DEFAULT_DEADLINE = 30.0
+ATTEMPT_TIMEOUT = 6.0
+
+
+@dataclass
+class _Call:
+    fut: asyncio.Future[RegistryReply]
+
+
+class RegistryClient:
+    def __init__(self, node: Node, voters: Sequence[str]) -> None:
+        self.node = node
+        self.voters = list(voters)
+        self._ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+        self._preferred = 0
+        node.control[RegistryReply] = self._on_reply
+
+    def _on_reply(self, _peer: PeerHandler, msg: Message) -> None:
+        assert isinstance(msg, RegistryReply)
+        call = self._calls.pop(msg.req, None)
+        if call is not None and not call.fut.done():
+            call.fut.set_result(msg)
+
+    async def _ask(self, voter: str, op: str, model: str, data: bytes) -> RegistryReply:
+        req = next(self._ids)
+        fut: asyncio.Future[RegistryReply] = asyncio.get_running_loop().create_future()
+        self._calls[req] = _Call(fut)
+        try:
+            peer = await self.node.peer(voter)
+            await peer.conn.send(RegistryRequest(req, op, model, data))
+            # A voter that dies mid-request closes the connection: fail over at once.
+            closed = asyncio.ensure_future(asyncio.shield(peer.conn.closed))
+            try:
+                done, _ = await asyncio.wait(
+                    {fut, closed}, timeout=ATTEMPT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                closed.cancel()
+            if fut in done:
+                return fut.result()
+            if closed in done:
+                raise TransferError(f"voter {voter} closed the connection")
+            raise asyncio.TimeoutError
+        finally:
+            self._calls.pop(req, None)
+
+    async def call(
+        self, op: str, model: str = "", data: bytes = b"", deadline: float = DEFAULT_DEADLINE
+    ) -> RegistryReply:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        backoff = 0.05
+        last: str = "no voter answered"
+        while True:
+            order = self.voters[self._preferred :] + self.voters[: self._preferred]
+            for i, voter in enumerate(order):
+                try:
+                    reply = await self._ask(voter, op, model, data)
+                except (TensorHubError, OSError, asyncio.TimeoutError) as e:
+                    last = f"{voter}: {e or type(e).__name__}"
+                    continue
+                if reply.code == "no_quorum":
+                    last = f"{voter}: {reply.message}"
+                    continue
+                self._preferred = (self._preferred + i) % len(self.voters)
+                return reply
+            if loop.time() + backoff > end:
+                raise NoQuorum(f"registry unavailable for {deadline:.0f}s: {last}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    async def propose(self, req: str, cmd: Command, deadline: float = DEFAULT_DEADLINE) -> Result:
+        reply = await self.call(
+            "propose", data=encode_proposal(Proposal(req, cmd)), deadline=deadline
+        )
+        return Result(reply.ok, reply.code, reply.message, bool(reply.value))
+
+    async def latest(self, model: str, deadline: float = DEFAULT_DEADLINE) -> int:
+        reply = await self.call("latest", model, deadline=deadline)
+        return reply.value
+
+    async def ask(self, voter: str, op: str, model: str = "") -> RegistryReply:
+        """One request to one voter, no retries (status and diagnostics)."""
+        return await self._ask(voter, op, model, b"")
