@@ -13,6 +13,7 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .core.errors import NoQuorum, TensorHubError, TransferError
 from .core.messages import Message, RegistryReply, RegistryRequest
@@ -52,10 +53,11 @@ class RegistryClient:
             peer = await self.node.peer(voter)
             await peer.conn.send(RegistryRequest(req, op, model, data))
             # A voter that dies mid-request closes the connection: fail over at once.
-            closed = asyncio.ensure_future(asyncio.shield(peer.conn.closed))
+            closed: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(peer.conn.closed))
+            waiting: set[asyncio.Future[Any]] = {fut, closed}
             try:
                 done, _ = await asyncio.wait(
-                    {fut, closed}, timeout=ATTEMPT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+                    waiting, timeout=ATTEMPT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 closed.cancel()
