@@ -1,0 +1,119 @@
+"""Who holds which chunks of which version, nearest first.
+
+Each node advertises, under the key ``h/<model>/<version>``, a bitmap of the chunks it holds
+and has verified. :class:`HolderView` keeps an inverted index (model, version) → holders, so
+"who holds chunk c of v, nearest first" costs O(holders of v), never a scan of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+HOLD_PREFIX = "h/"
+
+
+class Holding(msgspec.Struct, frozen=True, array_like=True):
+    num_chunks: int
+    bitmap: bytes  # bit i set: chunk i held and verified
+
+    def has(self, chunk: int) -> bool:
+        return (
+            bool(self.bitmap[chunk >> 3] >> (chunk & 7) & 1) if chunk < self.num_chunks else False
+        )
+
+    @property
+    def complete(self) -> bool:
+        return all(self.has(i) for i in range(self.num_chunks))
+
+    @classmethod
+    def of(cls, have: bytes | bytearray) -> Holding:
+        """From a byte-per-chunk "have" array (as a replica keeps it)."""
+        bits = bytearray((len(have) + 7) // 8)
+        for i, h in enumerate(have):
+            if h:
+                bits[i >> 3] |= 1 << (i & 7)
+        return cls(len(have), bytes(bits))
+
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder(Holding)
+
+
+def hold_key(model: str, version: int) -> str:
+    return f"{HOLD_PREFIX}{model}/{version}"
+
+
+def encode_holding(h: Holding) -> bytes:
+    return _enc.encode(h)
+
+
+def parse_hold_key(key: str) -> tuple[str, int] | None:
+    if not key.startswith(HOLD_PREFIX):
+        return None
+    model, _, version = key[len(HOLD_PREFIX) :].rpartition("/")
+    return (model, int(version)) if version.isdigit() and model else None
+
+
+def tier(a: str, b: str) -> int:
+    """Locality distance of two ``dc/rack/host`` paths: 0 same host … 3 other datacenter."""
+    pa, pb = a.split("/"), b.split("/")
+    for depth in range(3):
+        if depth >= len(pa) or depth >= len(pb) or pa[depth] != pb[depth]:
+            return 3 - depth
+    return 0
+
+
+class HolderView:
+    """Inverted index of holder advertisements, fed by the gossip state."""
+
+    def __init__(self) -> None:
+        self._by_version: dict[tuple[str, int], dict[str, Holding]] = {}
+
+    def update(self, node: str, key: str, value: bytes | None) -> None:
+        parsed = parse_hold_key(key)
+        if parsed is None:
+            return
+        holders = self._by_version.setdefault(parsed, {})
+        if value is None:
+            holders.pop(node, None)
+            if not holders:
+                del self._by_version[parsed]
+            return
+        try:
+            holders[node] = _dec.decode(value)
+        except (msgspec.DecodeError, ValueError):
+            holders.pop(node, None)  # an undecodable advertisement is no advertisement
+
+    def forget(self, node: str) -> None:
+        for key in [k for k, hs in self._by_version.items() if node in hs]:
+            del self._by_version[key][node]
+            if not self._by_version[key]:
+                del self._by_version[key]
+
+    def holders(self, model: str, version: int) -> dict[str, Holding]:
+        return dict(self._by_version.get((model, version), {}))
+
+    def nearest(
+        self,
+        model: str,
+        version: int,
+        chunk: int,
+        me: str,
+        locality_of: Callable[[str], str | None],
+        load_of: Callable[[str], int] | None = None,
+    ) -> list[str]:
+        """Holders of ``chunk``, nearest tier first, then least loaded, then by name."""
+        my_loc = locality_of(me) or ""
+        out = []
+        for node, h in self._by_version.get((model, version), {}).items():
+            loc = locality_of(node)
+            if node == me or loc is None or not h.has(chunk):
+                continue
+            out.append((tier(my_loc, loc), load_of(node) if load_of else 0, node))
+        out.sort()
+        return [n for _t, _l, n in out]
+
+    def versions(self) -> list[tuple[str, int]]:
+        return sorted(self._by_version)
