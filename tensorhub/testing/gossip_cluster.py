@@ -125,7 +125,7 @@ class GossipCluster:
                 continue
             if self.loss and self.rng.random() < self.loss:
                 continue
-            sender = getattr(msg, "frm", None)
+            sender = str(getattr(msg, "frm", ""))
             if self.group and self.group.get(sender, -1) != self.group.get(nm, -2):
                 continue
             self._check_owner_only(self.nodes[nm].receive(msg))

@@ -332,8 +332,8 @@ class GossipCore:
             elif msg.reply:
                 dead = self.dead_memory.get(msg.frm)
                 if dead is not None:  # a reaped node is back: tell it, so it refutes
-                    origin = next((u.addr for u in msg.members if u.name == msg.frm), dead.addr)
-                    self._send(origin, GPushPull(self.name, (dead.update(),), False))
+                    back = next((u.addr for u in msg.members if u.name == msg.frm), dead.addr)
+                    self._send(back, GPushPull(self.name, (dead.update(),), False))
         elif isinstance(msg, GSyn):
             frm = self.members.get(msg.frm)
             diff = self.state.differing(msg.buckets)
