@@ -22,12 +22,21 @@ def main(argv: list[str] | None = None) -> int:
     voter.add_argument("--voters", required=True, help="comma-separated voter addresses")
     voter.add_argument("--data-dir", required=True)
     voter.add_argument("--name", default=None)
+    g = sub.add_parser("gossip-node", help="run a node that only gossips (operators, tests)")
+    g.add_argument("--listen", required=True)
+    g.add_argument("--name", required=True)
+    g.add_argument("--locality", required=True, help="dc/rack/host")
+    g.add_argument("--seeds", default="", help="comma-separated addresses")
+    g.add_argument("--data-dir", default=None)
+    g.add_argument("--advertise", default="", help="model/version to advertise as held")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     if args.cmd == "demo":
         from .demo.two_process import main as demo_main
 
         return demo_main(args.versions, args.steps)
+    if args.cmd == "gossip-node":
+        return run_gossip_node(args)
     if args.cmd == "voter":
         return run_voter(args.listen, args.voters.split(","), args.data_dir, args.name)
     return 2  # pragma: no cover - argparse enforces a command
@@ -47,6 +56,29 @@ def run_voter(listen: str, voters: list[str], data_dir: str, name: str | None) -
         raft = RaftNode(node, voters, RaftStorage.open(data_dir))
         await raft.start()
         print(f"READY {node.address}", flush=True)
+        await asyncio.Event().wait()
+
+    run(main())
+    return 0
+
+
+def run_gossip_node(args: argparse.Namespace) -> int:
+    """Gossip until killed; prints ``READY <address> <incarnation>`` once listening."""
+    import asyncio
+
+    from .gossip_driver import GossipNode
+    from .io.loop import run
+    from .node import Node
+
+    async def main() -> None:
+        node = await Node.start(args.name, listen=args.listen)
+        seeds = [s for s in args.seeds.split(",") if s]
+        gossip = GossipNode(node, args.locality, seeds, data_dir=args.data_dir)
+        await gossip.start()
+        if args.advertise:
+            model, version = args.advertise.rsplit("/", 1)
+            gossip.advertise(model, int(version), b"\1" * 16)
+        print(f"READY {node.address} {gossip.core.me.inc}", flush=True)
         await asyncio.Event().wait()
 
     run(main())

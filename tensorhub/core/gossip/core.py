@@ -357,9 +357,10 @@ class GossipCore:
         return []
 
     def _merge(self, msg: GDelta) -> list[Change]:
-        def accept(name: str) -> bool:
+        def accept(name: str, generation: int) -> bool:
+            # Only live members, and never state from a life older than membership knows of.
             m = self.members.get(name)
-            return m is not None and m.status is not Status.DEAD
+            return m is not None and m.status is not Status.DEAD and generation >= m.generation
 
         changes = self.state.apply(msg.deltas, accept)
         for node, key, value in changes:
@@ -401,13 +402,14 @@ class GossipCore:
             return
         if u.inc <= m.inc:
             return
-        restarted = m.status is Status.DEAD or u.generation > m.generation
+        was_dead = m.status is Status.DEAD
         m.inc, m.addr, m.locality = u.inc, u.addr, u.locality
         m.generation = max(m.generation, u.generation)
         m.suspecters.clear()
         self._set_status(m, Status.ALIVE)
-        if restarted:  # whatever it held in a previous life is gone (G6, G7)
-            self._drop_state(m.name)
+        held = self.state.generation(m.name)
+        if held is not None and (was_dead or held < m.generation):
+            self._drop_state(m.name)  # what it held in a previous life is gone (G6, G7)
         self._queue(m.update())
 
     def _drop_state(self, name: str) -> None:

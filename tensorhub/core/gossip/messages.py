@@ -120,3 +120,18 @@ class GPushPull(Message, frozen=True, tag="g_pushpull"):
     frm: str
     members: tuple[Update, ...]
     reply: bool
+
+
+@register
+class GStatusReq(Message, frozen=True, tag="g_status_req"):
+    """Ask a node for its membership and holder view (operators, tests)."""
+
+    req: int
+
+
+@register
+class GStatusReply(Message, frozen=True, tag="g_status"):
+    req: int
+    me: Update
+    members: tuple[Update, ...]
+    holders: tuple[tuple[str, int, tuple[str, ...]], ...]  # (model, version, holder names)

@@ -75,6 +75,10 @@ class ScuttlebuttState:
         st.max_version = version
         self._buckets[b] ^= _entry_hash(name, st.generation, st.max_version)
 
+    def generation(self, name: str) -> int | None:
+        st = self.nodes.get(name)
+        return st.generation if st is not None else None
+
     def drop(self, name: str) -> list[Change]:
         """Forget ``name``'s state (it died or restarted): its keys vanish everywhere here."""
         st = self.nodes.pop(name, None)
@@ -183,11 +187,13 @@ class ScuttlebuttState:
                 out.append(NodeDelta(name, st.generation, tuple(kvs), top, reset))
         return tuple(out)
 
-    def apply(self, deltas: Iterable[NodeDelta], accept: Callable[[str], bool]) -> list[Change]:
-        """Merge deltas (never about ourselves; only about nodes ``accept`` admits)."""
+    def apply(
+        self, deltas: Iterable[NodeDelta], accept: Callable[[str, int], bool]
+    ) -> list[Change]:
+        """Merge deltas (never about ourselves; only those ``accept(name, generation)`` admits)."""
         changes: list[Change] = []
         for d in deltas:
-            if d.name == self.me or not accept(d.name):
+            if d.name == self.me or not accept(d.name, d.generation):
                 continue
             st = self.nodes.get(d.name)
             if st is not None and d.generation < st.generation:

@@ -1,0 +1,181 @@
+"""The asyncio driver of gossip for one node: ticks, the transport, durable identity.
+
+Gossip travels over the node's authenticated TCP connections (the same transport as the
+data plane; a stranger can neither read nor inject membership or holder state). A tick is
+20 ms by default, so a protocol period (10 ticks) is 200 ms.
+
+Identity across restarts: with a ``data_dir``, the incarnation and generation are kept in
+``gossip.state`` (msgpack, written atomically, fsync'd) and bumped on every start, so a
+restarted node always refutes its old death and peers drop what it held in its previous
+life. Without one, both start from the wall clock in milliseconds (monotonic across
+restarts on one host as long as the clock does not go backwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from .core.errors import TensorHubError
+from .core.gossip import GossipConfig, GossipCore
+from .core.gossip.holders import Holding, encode_holding, hold_key
+from .core.gossip.messages import (
+    GAck,
+    GDelta,
+    GGossip,
+    GNack,
+    GPing,
+    GPingReq,
+    GPushPull,
+    GStatusReply,
+    GStatusReq,
+    GSyn,
+    GSynAck,
+)
+from .core.messages import Message
+from .node import Node
+from .peer import PeerHandler
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.02
+GOSSIP_TYPES = (GPing, GAck, GPingReq, GNack, GGossip, GSyn, GSynAck, GDelta, GPushPull)
+
+
+class _Identity(msgspec.Struct):
+    incarnation: int
+    generation: int
+
+
+def next_identity(data_dir: str | os.PathLike[str] | None) -> tuple[int, int]:
+    """This start's (incarnation, generation): one more than the last start's."""
+    if data_dir is None:
+        now = time.time_ns() // 1_000_000
+        return now, now
+    d = Path(data_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "gossip.state"
+    ident = _Identity(0, 0)
+    if path.exists():
+        try:
+            ident = msgspec.msgpack.decode(path.read_bytes(), type=_Identity)
+        except (msgspec.DecodeError, ValueError) as e:
+            raise TensorHubError(f"{path} is corrupt ({e}); refusing to reuse an identity") from e
+    ident = _Identity(ident.incarnation + 1, ident.generation + 1)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(msgspec.msgpack.encode(ident))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return ident.incarnation, ident.generation
+
+
+class GossipNode:
+    def __init__(
+        self,
+        node: Node,
+        locality: str,
+        seeds: Iterable[str] = (),
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        config: GossipConfig | None = None,
+        tick: float = TICK_SECONDS,
+        seed: int | None = None,
+    ) -> None:
+        self.node = node
+        inc, gen = next_identity(data_dir)
+        self.core = GossipCore(
+            node.name,
+            node.address,
+            locality,
+            random.Random(seed if seed is not None else os.urandom(8)),
+            config=config,
+            incarnation=inc,
+            generation=gen,
+            seeds=[s for s in seeds if s != node.address],
+        )
+        self.tick_seconds = tick
+        self._outboxes: dict[str, asyncio.Queue[Message]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        for t in GOSSIP_TYPES:
+            node.control[t] = self._on_message
+        node.control[GStatusReq] = self._on_status
+
+    async def start(self) -> None:
+        self.core.join()
+        self._flush()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._ticker()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+
+    # -- holder advertisements -----------------------------------------------------------------
+
+    def advertise(self, model: str, version: int, have: bytes | bytearray) -> None:
+        """Tell the cluster which chunks of (model, version) we hold, verified."""
+        self.core.set_local(hold_key(model, version), encode_holding(Holding.of(have)))
+
+    def withdraw(self, model: str, version: int) -> None:
+        self.core.delete_local(hold_key(model, version))
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_seconds)
+            self.core.tick()
+            self._flush()
+
+    def _on_message(self, _peer: PeerHandler, msg: Message) -> None:
+        self.core.receive(msg)
+        self._flush()
+
+    def _on_status(self, peer: PeerHandler, msg: Message) -> None:
+        assert isinstance(msg, GStatusReq)
+        c = self.core
+        holders = tuple(
+            (model, version, tuple(sorted(c.holders.holders(model, version))))
+            for model, version in c.holders.versions()
+        )
+        reply = GStatusReply(
+            msg.req, c.me.update(), tuple(m.update() for m in c.members.values()), holders
+        )
+        with contextlib.suppress(TensorHubError, OSError):
+            peer.conn.send_nowait(reply)
+
+    def _flush(self) -> None:
+        out, self.core.outbox = self.core.outbox, []
+        for addr, msg in out:
+            q = self._outboxes.get(addr)
+            if q is None:
+                q = self._outboxes[addr] = asyncio.Queue(256)
+                self._tasks.append(asyncio.get_running_loop().create_task(self._sender(addr, q)))
+            if q.full():
+                q.get_nowait()  # gossip tolerates loss; a dead peer must not grow memory
+            q.put_nowait(msg)
+
+    async def _sender(self, addr: str, q: asyncio.Queue[Message]) -> None:
+        while True:
+            msg = await q.get()
+            try:
+                peer = await self.node.peer(addr)
+                peer.conn.send_nowait(msg)
+            except (TensorHubError, OSError) as e:
+                log.debug("gossip %s -> %s: %s", self.node.name, addr, e)
+                while not q.empty():  # what was queued for it is stale now: SWIM will notice
+                    q.get_nowait()
+                await asyncio.sleep(self.tick_seconds * 5)
