@@ -152,7 +152,7 @@ class GossipNode:
             for model, version in c.holders.versions()
         )
         reply = GStatusReply(
-            msg.req, c.me.update(), tuple(m.update() for m in c.members.values()), holders
+            msg.req, c.me.update(), tuple(c.members.updates()), holders
         )
         with contextlib.suppress(TensorHubError, OSError):
             peer.conn.send_nowait(reply)

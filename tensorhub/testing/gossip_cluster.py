@@ -60,9 +60,9 @@ class GossipCluster:
         for nm in self.names:
             self._boot(nm)
         if bootstrapped:
-            everyone = [(nm, self.addr[nm], self.locality[nm]) for nm in self.names]
+            roster = {nm: (self.addr[nm], self.locality[nm]) for nm in self.names}
             for core in self.nodes.values():
-                core.bootstrap(everyone)
+                core.bootstrap(roster)  # one shared, read-only roster
         else:
             for core in self.nodes.values():
                 core.join()

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from ..messages import Message
 from .holders import HolderView
-from .membership import Member, Status, SuspicionTimes
+from .membership import Member, MemberTable, Status, SuspicionTimes
 from .messages import (
     GAck,
     GDelta,
@@ -97,7 +97,8 @@ class GossipCore:
         self.rng = rng
         self.now = 0
         self.me = Member(name, addr, locality, incarnation, Status.ALIVE, generation=generation)
-        self.members: dict[str, Member] = {name: self.me}
+        self.members = MemberTable()
+        self.members[name] = self.me
         self.dead_memory: dict[str, Member] = {}  # reaped members: refuse their stale news
         self.seeds = [s for s in seeds if s != addr]
         self.state = ScuttlebuttState(name, generation, self.cfg.buckets)
@@ -127,9 +128,8 @@ class GossipCore:
     def alive(self) -> list[str]:
         """Members not known dead (self included), sorted; cached between status changes."""
         if self._alive_cache is None:
-            self._alive_cache = sorted(
-                n for n, m in self.members.items() if m.status is not Status.DEAD
-            )
+            live = [m.name for m in self.members.records() if m.status is not Status.DEAD]
+            self._alive_cache = sorted(live + self.members.untouched())
         return self._alive_cache
 
     def status(self, name: str) -> Status | None:
@@ -154,18 +154,20 @@ class GossipCore:
         self.state.delete(key, self.now)
         self.holders.update(self.name, key, None)
 
-    def bootstrap(self, members: Iterable[tuple[str, str, str]]) -> None:
-        """Start out knowing ``(name, addr, locality)`` members alive (e.g. a static list),
-        without gossiping about each of them."""
-        for name, addr, locality in members:
-            if name != self.name and name not in self.members:
-                self.members[name] = Member(name, addr, locality, 0, Status.ALIVE)
+    def bootstrap(self, roster: dict[str, tuple[str, str]], roster_id: int = 1) -> None:
+        """Start out knowing a static member list ``name -> (addr, locality)`` alive,
+        without gossiping about each of them. The roster is only read, so many cores may
+        share one (the simulator does)."""
+        own = self.members.records()
+        self.members = MemberTable(roster, roster_id)
+        for m in own:
+            self.members[m.name] = m
         self._alive_cache = None
 
     def join(self) -> None:
         """Announce ourselves to the seeds (full push-pull)."""
         for s in self.seeds:
-            self._send(s, GPushPull(self.name, self._member_list(), True))
+            self._send(s, self._push_pull(reply=True))
 
     # -- time ----------------------------------------------------------------------------------
 
@@ -200,16 +202,16 @@ class GossipCore:
         for peer in peers:
             self._send(self.members[peer].addr, GSyn(self.name, self.state.buckets()))
         if peers and self._rounds % cfg.push_pull_rounds == 0:
-            self._send(self.members[peers[0]].addr, GPushPull(self.name, self._member_list(), True))
+            self._send(self.members[peers[0]].addr, self._push_pull(reply=True))
         live = bool(peers)
         if self._rounds % cfg.rejoin_rounds == 0:
-            lost = [m.addr for m in self.members.values() if m.status is Status.DEAD]
+            lost = [m.addr for m in self.members.records() if m.status is Status.DEAD]
             lost += [m.addr for m in self.dead_memory.values()]
             if not live:
                 lost += self.seeds
             if lost:
                 addr = lost[self.rng.randrange(0, len(lost))]
-                self._send(addr, GPushPull(self.name, self._member_list(), True))
+                self._send(addr, self._push_pull(reply=True))
         self._reap()
         self.state.gc(self.now, cfg.tombstone_rounds * cfg.round_ticks)
 
@@ -327,8 +329,13 @@ class GossipCore:
         elif isinstance(msg, GPushPull):
             self._apply_updates(msg.members)
             frm = self.members.get(msg.frm)
-            if msg.reply and frm is not None:
-                self._send(frm.addr, GPushPull(self.name, self._member_list(), False))
+            same = msg.roster != 0 and msg.roster == self.members.roster_id
+            if msg.need_full and frm is not None:
+                self._send(frm.addr, self._push_pull(reply=False, full=True))
+            elif msg.reply and frm is not None:
+                self._send(frm.addr, GPushPull(
+                    self.name, tuple(self.members.updates(full=not same)), False,
+                    self.members.roster_id, need_full=msg.roster != 0 and not same))
             elif msg.reply:
                 dead = self.dead_memory.get(msg.frm)
                 if dead is not None:  # a reaped node is back: tell it, so it refutes
@@ -498,7 +505,13 @@ class GossipCore:
         return tuple(out)
 
     def _member_list(self) -> tuple[Update, ...]:
-        return tuple(m.update() for m in self.members.values())
+        return tuple(self.members.updates())
+
+    def _push_pull(self, reply: bool, full: bool = False) -> GPushPull:
+        """A push-pull; unless ``full``, roster members we never touched are left out (the
+        peer asks for them with ``need_full`` if it does not share our roster)."""
+        return GPushPull(self.name, tuple(self.members.updates(full=full)), reply,
+                         self.members.roster_id)
 
     def _send(self, addr: str, msg: Message) -> None:
         self.outbox.append((addr, msg))

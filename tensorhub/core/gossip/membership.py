@@ -66,3 +66,86 @@ class SuspicionTimes:
         c = max(confirmations - 1, 0)
         frac = math.log(c + 1) / math.log(self.expected_confirmations + 1)
         return max(self.min_ticks, int(self.max_ticks - (self.max_ticks - self.min_ticks) * frac))
+
+
+class MemberTable:
+    """The member list: records of our own, plus an optional shared roster.
+
+    A roster is a read-only ``name -> (addr, locality)`` map of members known alive at
+    incarnation 0 (a static bootstrap list). A roster member gets a record of its own the
+    first time it is touched, so many nodes (or thousands of simulated ones) can share one
+    roster instead of each holding N records they never look at.
+    """
+
+    def __init__(self, roster: dict[str, tuple[str, str]] | None = None, roster_id: int = 0) -> None:
+        self._own: dict[str, Member] = {}
+        self._roster = roster or {}
+        self.roster_id = roster_id if roster else 0
+        self._gone: set[str] = set()  # roster names removed (reaped) from this table
+        self._untouched = len(self._roster)
+
+    def _from_roster(self, name: str) -> Member | None:
+        if name not in self._roster or name in self._gone:
+            return None
+        addr, locality = self._roster[name]
+        m = self._own[name] = Member(name, addr, locality, 0, Status.ALIVE)
+        self._untouched -= 1
+        return m
+
+    def get(self, name: str) -> Member | None:
+        m = self._own.get(name)
+        return m if m is not None else self._from_roster(name)
+
+    def __getitem__(self, name: str) -> Member:
+        m = self.get(name)
+        if m is None:
+            raise KeyError(name)
+        return m
+
+    def __setitem__(self, name: str, m: Member) -> None:
+        if name not in self._own and name in self._roster and name not in self._gone:
+            self._untouched -= 1
+        self._gone.discard(name)
+        if name in self._roster and name in self._gone:
+            self._gone.discard(name)
+        self._own[name] = m
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._own or (name in self._roster and name not in self._gone)
+
+    def pop(self, name: str) -> Member:
+        m = self[name]
+        del self._own[name]
+        if name in self._roster:
+            self._gone.add(name)
+        return m
+
+    def __len__(self) -> int:
+        return len(self._own) + self._untouched
+
+    def names(self) -> list[str]:
+        out = list(self._own)
+        if self._untouched:
+            out.extend(n for n in self._roster if n not in self._own and n not in self._gone)
+        return out
+
+    def untouched(self) -> list[str]:
+        """Roster members never touched: alive at incarnation 0 by definition."""
+        if not self._untouched:
+            return []
+        return [n for n in self._roster if n not in self._own and n not in self._gone]
+
+    def records(self) -> list[Member]:
+        """Members that have a record of their own (every non-default one)."""
+        return list(self._own.values())
+
+    def updates(self, full: bool = True) -> list[Update]:
+        """Every member's update; with ``full=False``, only those with a record of their own
+        (a peer with the same roster already knows the rest)."""
+        out = [m.update() for m in self._own.values()]
+        if not full:
+            return out
+        for n in self.untouched():
+            addr, locality = self._roster[n]
+            out.append(Update(n, addr, locality, 0, int(Status.ALIVE)))
+        return out

@@ -120,6 +120,10 @@ class GPushPull(Message, frozen=True, tag="g_pushpull"):
     frm: str
     members: tuple[Update, ...]
     reply: bool
+    roster: int = 0
+    """Digest of the sender's bootstrap roster (0: none). Members both sides hold identically
+    from the same roster are left out of the list; ``need_full`` asks for them."""
+    need_full: bool = False
 
 
 @register
