@@ -71,9 +71,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,1000,10000")
     ap.add_argument("--losses", default="0,0.1")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per point (10,000: 1 seed)")
-    ap.add_argument("--max-lossy-n", type=int, default=1000,
-                    help="skip lossy points above this size (their suspicion churn is slow "
-                         "to simulate in Python)")
+    ap.add_argument(
+        "--max-lossy-n",
+        type=int,
+        default=1000,
+        help="skip lossy points above this size (their suspicion churn is slow "
+        "to simulate in Python)",
+    )
     ap.add_argument("--json")
     a = ap.parse_args()
     rows: list[dict[str, Any]] = []

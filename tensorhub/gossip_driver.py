@@ -41,7 +41,9 @@ from .core.gossip.messages import (
     GSynAck,
 )
 from .core.messages import Message
+from .io.files import atomic_write
 from .node import Node
+from .outbox import PeerOutbox, cancel_all
 from .peer import PeerHandler
 
 log = logging.getLogger(__name__)
@@ -70,12 +72,7 @@ def next_identity(data_dir: str | os.PathLike[str] | None) -> tuple[int, int]:
         except (msgspec.DecodeError, ValueError) as e:
             raise TensorHubError(f"{path} is corrupt ({e}); refusing to reuse an identity") from e
     ident = _Identity(ident.incarnation + 1, ident.generation + 1)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(msgspec.msgpack.encode(ident))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, msgspec.msgpack.encode(ident))
     return ident.incarnation, ident.generation
 
 
@@ -104,7 +101,7 @@ class GossipNode:
             seeds=[s for s in seeds if s != node.address],
         )
         self.tick_seconds = tick
-        self._outboxes: dict[str, asyncio.Queue[Message]] = {}
+        self._outbox = PeerOutbox(node, limit=256, backoff=tick * 5, max_backoff=tick * 5)
         self._tasks: list[asyncio.Task[None]] = []
         for t in GOSSIP_TYPES:
             node.control[t] = self._on_message
@@ -116,12 +113,9 @@ class GossipNode:
         self._tasks.append(asyncio.get_running_loop().create_task(self._ticker()))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_all(self._tasks)
         self._tasks.clear()
+        await self._outbox.close()
 
     # -- holder advertisements -----------------------------------------------------------------
 
@@ -151,31 +145,11 @@ class GossipNode:
             (model, version, tuple(sorted(c.holders.holders(model, version))))
             for model, version in c.holders.versions()
         )
-        reply = GStatusReply(
-            msg.req, c.me.update(), tuple(c.members.updates()), holders
-        )
+        reply = GStatusReply(msg.req, c.me.update(), tuple(c.members.updates()), holders)
         with contextlib.suppress(TensorHubError, OSError):
             peer.conn.send_nowait(reply)
 
     def _flush(self) -> None:
         out, self.core.outbox = self.core.outbox, []
         for addr, msg in out:
-            q = self._outboxes.get(addr)
-            if q is None:
-                q = self._outboxes[addr] = asyncio.Queue(256)
-                self._tasks.append(asyncio.get_running_loop().create_task(self._sender(addr, q)))
-            if q.full():
-                q.get_nowait()  # gossip tolerates loss; a dead peer must not grow memory
-            q.put_nowait(msg)
-
-    async def _sender(self, addr: str, q: asyncio.Queue[Message]) -> None:
-        while True:
-            msg = await q.get()
-            try:
-                peer = await self.node.peer(addr)
-                peer.conn.send_nowait(msg)
-            except (TensorHubError, OSError) as e:
-                log.debug("gossip %s -> %s: %s", self.node.name, addr, e)
-                while not q.empty():  # what was queued for it is stale now: SWIM will notice
-                    q.get_nowait()
-                await asyncio.sleep(self.tick_seconds * 5)
+            self._outbox.send(addr, msg)

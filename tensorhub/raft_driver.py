@@ -22,6 +22,7 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -31,6 +32,7 @@ from .core.raft import HardState, ProposalDropped, RaftConfig, RaftCore, RaftMes
 from .core.registry import Proposal, Registry, Result, decode_proposal, encode_proposal
 from .io.raft_storage import RaftStorage, StorageError
 from .node import Node
+from .outbox import PeerOutbox, cancel_all
 from .peer import PeerHandler
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ class RaftNode:
         self._proposals: dict[str, _Waiter] = {}
         self._reads: dict[bytes, _Waiter] = {}
         self._parked_reads: list[_Waiter] = []
-        self._outboxes: dict[str, asyncio.Queue[RaftMessage]] = {}
+        self._outbox = PeerOutbox(node, limit=OUTBOX_LIMIT, backoff=tick, max_backoff=2.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count(1)
         self.failed: BaseException | None = None
@@ -104,12 +106,9 @@ class RaftNode:
         self._inbox.put_nowait(lambda: None)  # re-apply what the log has committed
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_all(self._tasks)
         self._tasks.clear()
+        await self._outbox.close()
         self._fail_all(NoQuorum(f"voter {self.id} stopped"))
         self.storage.close()
 
@@ -215,28 +214,7 @@ class RaftNode:
             self._inbox.put_nowait(lambda: self.core.step(msg))
 
     def _send(self, m: RaftMessage) -> None:
-        q = self._outboxes.get(m.to)
-        if q is None:
-            q = self._outboxes[m.to] = asyncio.Queue(OUTBOX_LIMIT)
-            self._tasks.append(asyncio.get_running_loop().create_task(self._sender(m.to, q)))
-        if q.full():
-            q.get_nowait()  # Raft tolerates loss; an unreachable peer must not grow memory
-        q.put_nowait(m)
-
-    async def _sender(self, to: str, q: asyncio.Queue[RaftMessage]) -> None:
-        backoff = self.tick_seconds
-        while True:
-            m = await q.get()
-            try:
-                peer = await self.node.peer(to)
-                await peer.conn.send(m)
-                backoff = self.tick_seconds
-            except (TensorHubError, OSError) as e:
-                log.debug("raft %s -> %s: %s", self.id, to, e)
-                while not q.empty():  # stale by the time the peer is back
-                    q.get_nowait()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+        self._outbox.send(m.to, m)
 
     def _on_request(self, peer: PeerHandler, msg: Message) -> None:
         assert isinstance(msg, RegistryRequest)
@@ -264,28 +242,46 @@ class RaftNode:
 
     # -- API -------------------------------------------------------------------------------------
 
-    async def propose_raw(self, data: bytes, timeout: float = 5.0) -> Result:
-        """Propose an encoded Proposal; returns its Result once applied here."""
+    async def _submit(
+        self,
+        waiters: dict[Any, _Waiter],
+        key: object,
+        data: bytes,
+        step: Callable[[], None],
+        timeout: float,
+        what: str,
+    ) -> object:
+        """Run ``step`` on the core's loop and wait for its waiter (proposal or read)."""
         if self.failed is not None:
             raise NoQuorum(f"voter {self.id} has stopped: {self.failed}")
-        req = decode_proposal(data).req
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._proposals[req] = _Waiter(fut, data=data)
+        waiters[key] = _Waiter(fut, data=data)
 
         def go() -> None:
             try:
-                self.core.propose(data)
+                step()
             except ProposalDropped as e:
-                self._proposals.pop(req, None)
+                waiters.pop(key, None)
                 if not fut.done():
                     fut.set_exception(NoQuorum(str(e)))
 
         self._inbox.put_nowait(go)
         try:
-            res = await asyncio.wait_for(fut, timeout)
+            return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
-            self._proposals.pop(req, None)
-            raise NoQuorum(f"proposal not committed within {timeout}s") from None
+            waiters.pop(key, None)
+            raise NoQuorum(f"{what} within {timeout}s") from None
+
+    async def propose_raw(self, data: bytes, timeout: float = 5.0) -> Result:
+        """Propose an encoded Proposal; returns its Result once applied here."""
+        res = await self._submit(
+            self._proposals,
+            decode_proposal(data).req,
+            data,
+            lambda: self.core.propose(data),
+            timeout,
+            "proposal not committed",
+        )
         assert isinstance(res, Result)
         return res
 
@@ -295,26 +291,15 @@ class RaftNode:
 
     async def read_index(self, timeout: float = 5.0) -> int:
         """A linearizable read point: once this returns, the local registry is up to date."""
-        if self.failed is not None:
-            raise NoQuorum(f"voter {self.id} has stopped: {self.failed}")
         ctx = f"{self.id}#r{next(self._ids)}".encode()
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._reads[ctx] = _Waiter(fut, data=ctx)
-
-        def go() -> None:
-            try:
-                self.core.read_index(ctx)
-            except ProposalDropped as e:
-                self._reads.pop(ctx, None)
-                if not fut.done():
-                    fut.set_exception(NoQuorum(str(e)))
-
-        self._inbox.put_nowait(go)
-        try:
-            idx = await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            self._reads.pop(ctx, None)
-            raise NoQuorum(f"no quorum confirmed a read within {timeout}s") from None
+        idx = await self._submit(
+            self._reads,
+            ctx,
+            ctx,
+            lambda: self.core.read_index(ctx),
+            timeout,
+            "no quorum confirmed a read",
+        )
         assert isinstance(idx, int)
         return idx
 

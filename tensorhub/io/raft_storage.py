@@ -30,6 +30,7 @@ import xxhash
 
 from ..core.errors import TensorHubError
 from ..core.raft import Entry, HardState, Snapshot
+from .files import atomic_write, fsync_dir
 
 WAL_MAGIC = b"RW"
 SNAP_MAGIC = b"RS"
@@ -71,14 +72,6 @@ class Recovered:
     truncated_bytes: int = 0
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class RaftStorage:
     """Owns ``data_dir``; call :meth:`open` to recover, then :meth:`save` per Ready."""
 
@@ -106,7 +99,7 @@ class RaftStorage:
                     f.flush()
                     os.fsync(f.fileno())
         fd = os.open(wal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        _fsync_dir(d)
+        fsync_dir(d)
         return cls(d, fd, rec, records)
 
     def save(
@@ -127,14 +120,8 @@ class RaftStorage:
         """Atomically replace the snapshot, then mark the log compacted up to it."""
         payload = _enc.encode(snap)
         blob = _SNAP.pack(SNAP_MAGIC, len(payload), xxhash.xxh3_64_intdigest(payload)) + payload
-        tmp = self.dir / "raft.snap.tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.dir / "raft.snap")
-            _fsync_dir(self.dir)
+            atomic_write(self.dir / "raft.snap", blob)
         except OSError as e:
             raise StorageError(f"cannot write snapshot in {self.dir}: {e}") from e
         self._snap_index = snap.index
@@ -145,16 +132,9 @@ class RaftStorage:
 
     def rewrite(self, hard_state: HardState, entries: list[Entry]) -> None:
         """Replace the WAL by one holding only ``hard_state`` and the live ``entries``."""
-        tmp = self.dir / "raft.wal.tmp"
         live = tuple(e for e in entries if e.index > self._snap_index)
-        body = _record(T_READY, _enc.encode((hard_state, live)))
         try:
-            with open(tmp, "wb") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.dir / "raft.wal")
-            _fsync_dir(self.dir)
+            atomic_write(self.dir / "raft.wal", _record(T_READY, _enc.encode((hard_state, live))))
         except OSError as e:
             raise StorageError(f"cannot rewrite the log in {self.dir}: {e}") from e
         os.close(self._fd)

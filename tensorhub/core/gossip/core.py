@@ -333,9 +333,16 @@ class GossipCore:
             if msg.need_full and frm is not None:
                 self._send(frm.addr, self._push_pull(reply=False, full=True))
             elif msg.reply and frm is not None:
-                self._send(frm.addr, GPushPull(
-                    self.name, tuple(self.members.updates(full=not same)), False,
-                    self.members.roster_id, need_full=msg.roster != 0 and not same))
+                self._send(
+                    frm.addr,
+                    GPushPull(
+                        self.name,
+                        tuple(self.members.updates(full=not same)),
+                        False,
+                        self.members.roster_id,
+                        need_full=msg.roster != 0 and not same,
+                    ),
+                )
             elif msg.reply:
                 dead = self.dead_memory.get(msg.frm)
                 if dead is not None:  # a reaped node is back: tell it, so it refutes
@@ -510,8 +517,9 @@ class GossipCore:
     def _push_pull(self, reply: bool, full: bool = False) -> GPushPull:
         """A push-pull; unless ``full``, roster members we never touched are left out (the
         peer asks for them with ``need_full`` if it does not share our roster)."""
-        return GPushPull(self.name, tuple(self.members.updates(full=full)), reply,
-                         self.members.roster_id)
+        return GPushPull(
+            self.name, tuple(self.members.updates(full=full)), reply, self.members.roster_id
+        )
 
     def _send(self, addr: str, msg: Message) -> None:
         self.outbox.append((addr, msg))

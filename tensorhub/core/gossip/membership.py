@@ -77,7 +77,9 @@ class MemberTable:
     roster instead of each holding N records they never look at.
     """
 
-    def __init__(self, roster: dict[str, tuple[str, str]] | None = None, roster_id: int = 0) -> None:
+    def __init__(
+        self, roster: dict[str, tuple[str, str]] | None = None, roster_id: int = 0
+    ) -> None:
         self._own: dict[str, Member] = {}
         self._roster = roster or {}
         self.roster_id = roster_id if roster else 0
