@@ -251,26 +251,27 @@ class RaftNode:
         timeout: float,
         what: str,
     ) -> object:
-        """Run ``step`` on the core's loop and wait for its waiter (proposal or read)."""
+        """Run ``step`` on the core's loop and wait for its waiter (proposal or read).
+
+        If no leader is known yet the request stays pending: it is re-issued as soon as one
+        is elected (see ``_reissue``), and fails with NoQuorum only at the deadline."""
         if self.failed is not None:
             raise NoQuorum(f"voter {self.id} has stopped: {self.failed}")
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         waiters[key] = _Waiter(fut, data=data)
 
         def go() -> None:
-            try:
+            with contextlib.suppress(ProposalDropped):
                 step()
-            except ProposalDropped as e:
-                waiters.pop(key, None)
-                if not fut.done():
-                    fut.set_exception(NoQuorum(str(e)))
 
         self._inbox.put_nowait(go)
         try:
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
             waiters.pop(key, None)
-            raise NoQuorum(f"{what} within {timeout}s") from None
+            lead = self.core.lead
+            why = f"leader {lead}" if lead else "no leader known"
+            raise NoQuorum(f"{what} within {timeout}s ({why})") from None
 
     async def propose_raw(self, data: bytes, timeout: float = 5.0) -> Result:
         """Propose an encoded Proposal; returns its Result once applied here."""
