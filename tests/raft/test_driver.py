@@ -48,7 +48,7 @@ async def voters(tmp: Path) -> AsyncIterator[tuple[list[str], list[RaftNode]]]:
 
 async def test_commit_latest_callback_and_restart_from_disk(tmp_path: Path) -> None:
     committed: list[tuple[str, int]] = []
-    async with voters(tmp_path) as (addrs, rafts):
+    async with voters(tmp_path) as (_addrs, rafts):
         for r in rafts:
             r.on_commit.append(lambda m, v: committed.append((m, v)))
         res = await rafts[0].propose(pub(1))
@@ -60,7 +60,7 @@ async def test_commit_latest_callback_and_restart_from_disk(tmp_path: Path) -> N
         st = rafts[0].status()
         assert st["applied"] == rafts[0].registry.applied and st["failed"] == ""
     # Restart all three from their disks: the registry comes back whole.
-    async with voters(tmp_path) as (addrs, rafts):
+    async with voters(tmp_path) as (_addrs, rafts):
         assert await rafts[0].latest("policy") == 1
         assert rafts[0].registry.version("policy", 1) is not None
         assert rafts[0].registry.version("policy", 1).retained == ["rollout-3"]  # type: ignore[union-attr]
