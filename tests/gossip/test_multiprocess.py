@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +22,8 @@ from tensorhub.core.messages import Message
 from tensorhub.node import Node
 from tensorhub.peer import PeerHandler
 
-from ..raft.test_multiprocess import free_ports
+from ..procs import free_ports, kill, spawn
 
-ROOT = Path(__file__).resolve().parents[2]
 SECRET = "gossip-mp-secret"
 DETECT_BOUND = 10.0
 
@@ -41,11 +37,7 @@ class Cluster:
         self.inc: dict[str, int] = {}
 
     def start(self, i: int, advertise: str = "") -> None:
-        env = {**os.environ, "TENSORHUB_SECRET": SECRET}
-        cmd = [
-            sys.executable,
-            "-m",
-            "tensorhub.cli",
+        args = [
             "gossip-node",
             "--listen",
             self.addrs[i],
@@ -59,20 +51,12 @@ class Cluster:
             str(self.tmp / f"n{i}"),
         ]
         if advertise:
-            cmd += ["--advertise", advertise]
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-        assert p.stdout is not None
-        line = p.stdout.readline().split()
-        assert line and line[0] == "READY", line
-        self.procs[self.names[i]] = p
-        self.inc[self.names[i]] = int(line[2])
+            args += ["--advertise", advertise]
+        self.procs[self.names[i]], words = spawn(args, SECRET)
+        self.inc[self.names[i]] = int(words[2])
 
     def kill(self, name: str) -> None:
-        p = self.procs.pop(name)
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(10)
-        assert p.stdout is not None
-        p.stdout.close()
+        kill(self.procs.pop(name))
 
     def stop_all(self) -> None:
         for name in list(self.procs):

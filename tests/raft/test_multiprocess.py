@@ -8,11 +8,7 @@ voters re-propose what they had forwarded to the dead leader; measured 0.4–0.8
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,19 +20,10 @@ from tensorhub.core.registry import PublishShard
 from tensorhub.node import Node
 from tensorhub.registry_client import RegistryClient
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..procs import free_ports, kill, spawn
+
 SECRET = "raft-mp-secret"
 RESUME_BOUND = 3.0
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Voters:
@@ -47,36 +34,19 @@ class Voters:
 
     def start(self, addr: str) -> None:
         i = self.addrs.index(addr)
-        env = {**os.environ, "TENSORHUB_SECRET": SECRET}
-        p = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tensorhub.cli",
-                "voter",
-                "--listen",
-                addr,
-                "--voters",
-                ",".join(self.addrs),
-                "--data-dir",
-                str(self.tmp / f"v{i}"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert line.startswith("READY"), line
-        self.procs[addr] = p
+        args = [
+            "voter",
+            "--listen",
+            addr,
+            "--voters",
+            ",".join(self.addrs),
+            "--data-dir",
+            str(self.tmp / f"v{i}"),
+        ]
+        self.procs[addr], _ = spawn(args, SECRET)
 
     def kill(self, addr: str) -> None:
-        p = self.procs.pop(addr)
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(10)
-        assert p.stdout is not None
-        p.stdout.close()
+        kill(self.procs.pop(addr))
 
     def stop_all(self) -> None:
         for addr in list(self.procs):

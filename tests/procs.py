@@ -1,0 +1,49 @@
+"""Child processes for multi-process tests: start one, wait for its READY line, kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def spawn(args: list[str], secret: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """Run ``python -m tensorhub.cli ARGS`` and return it with the words of its READY line."""
+    env = {**os.environ, "TENSORHUB_SECRET": secret}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tensorhub.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None
+    words = p.stdout.readline().split()
+    if not words or words[0] != "READY":
+        kill(p)
+        raise AssertionError(f"child did not start: {words}")
+    return p, words
+
+
+def kill(p: subprocess.Popen[str]) -> None:
+    """kill -9, reap, close the pipe."""
+    if p.poll() is None:
+        os.kill(p.pid, signal.SIGKILL)
+    p.wait(10)
+    if p.stdout is not None:
+        p.stdout.close()
