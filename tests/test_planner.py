@@ -1,0 +1,165 @@
+"""The chunk planner: locality, striping, rarest-first, limits, endgame, failures."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorhub.core.swarm import ChunkPlanner, PlannerConfig, Request, wan_owner
+
+ALL = range(16)
+
+
+def planner(me: str = "me", n: int = 16, seed: int = 0, **cfg: int) -> ChunkPlanner:
+    return ChunkPlanner(me, n, random.Random(seed), PlannerConfig(**cfg))
+
+
+def drain(p: ChunkPlanner, reqs: list[Request]) -> None:
+    for r in reqs:
+        p.received(r.chunk, r.source)
+
+
+def test_nearest_tier_only() -> None:
+    p = planner(total=64, per_source=64)
+    p.set_source("same_rack", 1, ALL)
+    p.set_source("other_dc", 3, ALL)
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"same_rack"} and len(reqs) == 16
+
+
+def test_partial_holders_spread_and_fill_in() -> None:
+    p = planner(total=64, per_source=64)
+    p.set_source("a", 1, range(0, 8))
+    p.set_source("b", 1, range(8, 16))
+    reqs = p.next_requests()
+    assert sorted(r.chunk for r in reqs) == list(ALL)
+    assert {r.source for r in reqs if r.chunk < 8} == {"a"}
+
+
+def test_rarest_first_after_initial_random_picks() -> None:
+    p = planner(total=5, per_source=10, initial_random=0)
+    p.set_source("a", 1, ALL)
+    p.set_source("b", 1, range(0, 12))  # chunks 12..15 have one holder: rarest
+    reqs = p.next_requests()
+    assert {12, 13, 14, 15} <= {r.chunk for r in reqs}
+
+
+def test_limits_per_source_and_total() -> None:
+    p = planner(total=6, per_source=2)
+    for name in ("a", "b", "c", "d"):
+        p.set_source(name, 1, ALL)
+    reqs = p.next_requests()
+    assert len(reqs) == 6 and max(Counter(r.source for r in reqs).values()) <= 2
+    assert p.next_requests() == []  # nothing more until something completes
+    p.received(reqs[0].chunk, reqs[0].source)
+    assert len(p.next_requests()) == 1
+
+
+def test_endgame_duplicates_then_cancels() -> None:
+    p = planner(n=2, total=8, per_source=4)
+    p.set_source("slow", 1, [0, 1])
+    first = p.next_requests()
+    assert {r.source for r in first} == {"slow"}
+    p.set_source("fast", 1, [0, 1])
+    dups = p.next_requests()  # every missing chunk is in flight: endgame
+    assert {(r.source, r.duplicate) for r in dups} == {("fast", True)}
+    cancels = p.received(dups[0].chunk, "fast")
+    assert cancels == [Request("slow", dups[0].chunk, False)]
+    assert p.sources["slow"].inflight == 1
+
+
+def test_corrupt_source_is_banned_and_avoided() -> None:
+    p = planner(n=1, total=4, per_source=4, ban_ticks=50, max_strikes=2)
+    p.set_source("bad", 1, [0])
+    p.set_source("far", 3, [0])
+    (r,) = p.next_requests()
+    assert r.source == "bad"
+    p.failed(0, "bad", corrupt=True)
+    p.set_dc_fetchers(["me"])
+    (r,) = p.next_requests()  # the only other holder is across the WAN; we own all chunks
+    assert r.source == "far"
+    p.failed(0, "far")
+    for _ in range(60):
+        p.tick()
+    (r,) = p.next_requests()
+    p.failed(0, r.source, corrupt=r.source == "bad")
+    if r.source == "bad":
+        assert p.sources["bad"].banned
+
+
+def test_dead_source_returns_its_chunks() -> None:
+    p = planner(total=32, per_source=32)
+    p.set_source("a", 1, ALL)
+    reqs = p.next_requests()
+    assert sorted(p.remove_source("a")) == sorted(r.chunk for r in reqs)
+    p.set_source("b", 2, ALL)
+    assert {r.source for r in p.next_requests()} == {"b"}
+
+
+def test_wan_striping_each_chunk_once_per_dc() -> None:
+    fetchers = [f"dc2-n{i}" for i in range(8)]
+    planners = {f: planner(f, 64, total=128, per_source=128) for f in fetchers}
+    for p in planners.values():
+        p.set_source("trainer", 3, range(64))
+        p.set_dc_fetchers(fetchers)
+    wan = Counter()
+    for f, p in planners.items():
+        for r in p.next_requests():
+            assert r.source == "trainer" and wan_owner(r.chunk, fetchers) == f
+            wan[r.chunk] += 1
+    assert set(wan) == set(range(64)) and set(wan.values()) == {1}  # each chunk once
+    per_node = Counter(wan_owner(c, fetchers) for c in range(64))
+    assert max(per_node.values()) <= 16  # striped over the DC, not funnelled through one
+
+
+def test_wan_owner_timeout_fallback() -> None:
+    p = planner("me", 4, total=8, per_source=8, owner_timeout=5)
+    p.set_source("far", 3, range(4))
+    p.set_dc_fetchers(["me", "other"])
+    mine = {c for c in range(4) if wan_owner(c, ["me", "other"]) == "me"}
+    assert {r.chunk for r in p.next_requests()} == mine
+    for _ in range(5):
+        p.tick()
+    assert {r.chunk for r in p.next_requests()} == set(range(4)) - mine
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 6))
+def test_always_completes_while_a_holder_lives(seed: int, n: int, sources: int) -> None:
+    """Random partial holders, random failures and corruption: the planner finishes as long
+    as every chunk has some holder, never requests a chunk a source lacks, and never exceeds
+    its limits."""
+    rng = random.Random(seed)
+    p = planner(n=n, seed=seed, total=8, per_source=3, backoff_ticks=2, ban_ticks=5)
+    holders = {f"s{i}": {c for c in range(n) if rng.random() < 0.6} for i in range(sources)}
+    holders["s0"] |= set(range(n))  # someone has everything
+    for name, chunks in holders.items():
+        p.set_source(name, rng.randint(0, 3), chunks)
+    p.set_dc_fetchers(["me"])
+    inflight: list[Request] = []
+    for _ in range(2000):
+        if p.done:
+            break
+        p.tick()
+        new = p.next_requests()
+        for r in new:
+            assert r.chunk in holders[r.source] and not p.have[r.chunk]
+        inflight += new
+        assert p.inflight <= 8
+        assert all(s.inflight <= 3 for s in p.sources.values())
+        rng.shuffle(inflight)
+        keep = []
+        for r in inflight:
+            roll = rng.random()
+            if roll < 0.5:
+                for c in p.received(r.chunk, r.source):
+                    keep = [k for k in keep if k != c]
+                    inflight = [k for k in inflight if k != c]
+            elif roll < 0.6:
+                p.failed(r.chunk, r.source, corrupt=r.source != "s0" and rng.random() < 0.5)
+            else:
+                keep.append(r)
+        inflight = keep
+    assert p.done, f"stuck with {p.missing()} missing"
