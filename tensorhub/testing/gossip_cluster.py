@@ -11,6 +11,8 @@ check that what others hold about a node is only ever what that node wrote (G3).
 from __future__ import annotations
 
 import random
+
+import xxhash
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -164,6 +166,27 @@ class GossipCluster:
                         "that the owner never wrote"
                     )
                 break
+
+    def trace_hash(self) -> str:
+        """A digest of everything observable: every node's status events, buckets and
+        members. Equal seeds must give equal hashes, in any process (tests check it)."""
+        h = xxhash.xxh3_128()
+        for nm in self.names:
+            core = self.nodes[nm]
+            h.update(
+                repr(
+                    (
+                        nm,
+                        core.events,
+                        core.state.buckets(),
+                        core.me.inc,
+                        sorted((u.name, u.inc, u.status) for u in core.members.updates()),
+                        len(core.outbox),
+                    )
+                ).encode()
+            )
+        h.update(repr(sorted(self.inflight, key=repr)).encode())
+        return str(h.hexdigest())
 
     def knows(self, observer: str, node: str, key: str) -> bytes | None:
         return self.nodes[observer].state.get(node, key)

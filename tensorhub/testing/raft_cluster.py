@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import heapq
 import random
+
+import xxhash
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -249,6 +251,25 @@ class Cluster:
             ):
                 snap = core.compact(core.log.applied, node.registry.snapshot())
                 node.storage.compact(snap)
+
+    def trace_hash(self) -> str:
+        """A digest of the client history and every node's log and hard state."""
+        h = xxhash.xxh3_128()
+        for p in self.history:
+            h.update(repr((p.node, p.req, p.kind, p.arg, p.call, p.result, p.ret)).encode())
+        for nid, s in self.nodes.items():
+            h.update(
+                repr(
+                    (
+                        nid,
+                        s.alive,
+                        s.core.hard_state(),
+                        s.core.log.entries,
+                        s.core.log.snapshot_index,
+                    )
+                ).encode()
+            )
+        return str(h.hexdigest())
 
     # -- invariants ----------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class SweepResult:
     unknown: int
     ticks: int
     faults: int
+    trace: str = ""
 
 
 def replay_command(seed: int) -> str:
@@ -141,7 +142,9 @@ def run_schedule(seed: int) -> SweepResult:
         )
     if not check(ops, 0, latest_register_step):
         raise InvariantViolation(f"I5: history of {len(ops)} ops is not linearizable")
-    return SweepResult(seed, len(ops), sum(o.ret == INF for o in ops), c.now // 10, faults)
+    return SweepResult(
+        seed, len(ops), sum(o.ret == INF for o in ops), c.now // 10, faults, c.trace_hash()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
