@@ -11,10 +11,10 @@ check that what others hold about a node is only ever what that node wrote (G3).
 from __future__ import annotations
 
 import random
-
-import xxhash
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+import xxhash
 
 from ..core.gossip import GossipConfig, GossipCore, Status
 from ..core.gossip.state import Change

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import heapq
 import random
-
-import xxhash
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+import xxhash
 
 from ..core.raft import (
     Entry,
