@@ -1,0 +1,136 @@
+"""Fetching one version from many holders at once, scheduled by the ChunkPlanner.
+
+The fetcher's replica joins the local store as soon as the manifest is in, so every chunk
+it verifies is served onward at once (partial-prefix serving): replication pipelines
+instead of waiting for whole copies. Failures are the planner's inputs: a holder that
+vanishes is dropped and its chunks go back to the pool; a corrupt chunk strikes its source
+(banned after repeated strikes) and is fetched again elsewhere; a holder that answers "no
+such chunk" (a stale hint) is backed off. The fetch ends with every byte verified, or with
+TransferError once no usable holder is left for some chunk.
+
+Endgame duplicates are off here (``endgame_copies=0``): a duplicate would need its own
+scratch buffer so that a slower copy can never land in destination memory after the chunk
+was verified; the planner supports them for when that exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from .core.errors import ChecksumMismatch, TensorHubError, TransferError
+from .core.manifest import Manifest
+from .core.swarm import ChunkPlanner, PlannerConfig, Request
+from .fetch import FetchResult
+from .io.tensors import TensorBytes
+from .node import Node
+from .store import Replica
+
+SWARM_CONFIG = PlannerConfig(endgame_copies=0)
+TICK = 0.01
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A source hint: its address, locality tier from us, and the chunks it says it has
+    (None: all). Hints may be stale; correctness never depends on them."""
+
+    addr: str
+    tier: int = 2
+    chunks: Iterable[int] | None = None
+
+
+async def _manifest(
+    node: Node, holders: list[Holder], model: str, version: int, expected_root: bytes | None
+) -> Manifest:
+    errors = []
+    for h in sorted(holders, key=lambda h: h.tier):
+        try:
+            peer = await node.peer(h.addr)
+            return await peer.get_manifest(model, version, expected_root)
+        except (TensorHubError, OSError) as e:
+            errors.append(f"{h.addr}: {e}")
+    raise TransferError(f"no holder gave the manifest of {model} v{version}: {errors}")
+
+
+async def swarm_fetch(
+    node: Node,
+    model: str,
+    version: int,
+    into: Mapping[str, torch.Tensor],
+    holders: list[Holder],
+    *,
+    expected_root: bytes | None = None,
+    config: PlannerConfig = SWARM_CONFIG,
+    stall_timeout: float = 10.0,
+    on_chunk: Callable[[Replica, int], None] | None = None,
+    seed: int | None = None,
+) -> FetchResult:
+    """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching."""
+    t0 = time.perf_counter()
+    manifest = await _manifest(node, holders, model, version, expected_root)
+    t1 = time.perf_counter()
+    replica = Replica(model, version, manifest, TensorBytes.for_destination(manifest, into))
+    node.store.add(replica)  # partial: serves each chunk once verified
+    planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
+    for h in holders:
+        chunks = range(manifest.num_chunks) if h.chunks is None else h.chunks
+        planner.set_source(h.addr, h.tier, chunks)
+    running: dict[asyncio.Task[None], Request] = {}
+    last_progress = time.monotonic()
+    try:
+        while not planner.done:
+            for r in planner.next_requests():
+                running[asyncio.ensure_future(_get(node, replica, r))] = r
+            if not running:
+                if time.monotonic() - last_progress > stall_timeout:
+                    raise TransferError(
+                        f"{model} v{version}: no usable holder for chunks "
+                        f"{planner.missing()[:8]} (of {len(planner.missing())} missing)"
+                    )
+                await asyncio.sleep(TICK)
+                planner.tick()
+                continue
+            done, _ = await asyncio.wait(running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
+            planner.tick()
+            for task in done:
+                r = running.pop(task)
+                err = task.exception()
+                if err is None:
+                    planner.received(r.chunk, r.source)
+                    last_progress = time.monotonic()
+                    if on_chunk is not None:
+                        on_chunk(replica, r.chunk)
+                elif isinstance(err, ChecksumMismatch):
+                    planner.failed(r.chunk, r.source, corrupt=True)
+                elif (
+                    isinstance(err, TransferError)
+                    and "no_chunk" not in str(err)
+                    and "unknown_version" not in str(err)
+                ):
+                    planner.remove_source(r.source)  # the holder is gone: its chunks return
+                    planner.failed(r.chunk, r.source)
+                elif isinstance(err, TensorHubError | OSError):
+                    planner.failed(r.chunk, r.source)  # a stale hint: back off, ask others
+                else:
+                    raise err
+        replica.data.finalize()
+    except BaseException:
+        for task in running:
+            task.cancel()
+        node.store.remove(model, version)  # never leave a broken replica advertised
+        raise
+    t2 = time.perf_counter()
+    return FetchResult(
+        model, version, manifest, manifest.total_bytes, manifest.num_chunks, t2 - t0, t1 - t0
+    )
+
+
+async def _get(node: Node, replica: Replica, r: Request) -> None:
+    peer = await node.peer(r.source)
+    await peer.get_chunk(replica, r.chunk)

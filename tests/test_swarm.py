@@ -1,0 +1,168 @@
+"""Swarm fetches over real loopback connections: many holders, failover, partial serving."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+import torch
+
+from tensorhub.core.errors import TransferError
+from tensorhub.core.swarm import PlannerConfig
+from tensorhub.io.tensors import empty_like_manifest
+from tensorhub.node import Node
+from tensorhub.store import Replica
+from tensorhub.swarm import Holder, swarm_fetch
+
+from .models import same_bytes
+
+SECRET = b"swarm-secret"
+
+
+@contextlib.asynccontextmanager
+async def nodes(n: int) -> AsyncIterator[list[Node]]:
+    started = [await Node.start(f"s{i}", secret=SECRET) for i in range(n)]
+    try:
+        yield started
+    finally:
+        for node in started:
+            await node.close()
+
+
+def model(mib: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "w": torch.randn(mib << 17, generator=g).to(torch.bfloat16).view(-1, 256),
+        "b": torch.randn(1000, generator=g),
+        "step": torch.tensor(7),
+    }
+
+
+async def test_many_holders_each_with_part_bit_identical() -> None:
+    sd = model()
+    async with nodes(4) as (a, b, c, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        b.serve("m", 1, sd, chunk_size=1 << 20)
+        c.serve("m", 1, sd, chunk_size=1 << 20)
+        n = m.num_chunks
+        holders = [
+            Holder(a.address, 3, range(0, n // 3)),
+            Holder(b.address, 1),
+            Holder(c.address, 2, range(n // 2, n)),
+        ]
+        into = empty_like_manifest(m)
+        served_before = sum(h.chunks_served for x in (a, b, c) for h in x.handlers)
+        await swarm_fetch(me, "m", 1, into, holders, expected_root=m.root, seed=1)
+        assert all(same_bytes(sd[k], into[k]) for k in sd)
+        # Locality: b (tier 1) holds everything, so the farther holders served nothing.
+        assert sum(h.chunks_served for h in a.handlers) == 0
+        assert sum(h.chunks_served for h in c.handlers) == 0
+        assert sum(h.chunks_served for x in (a, b, c) for h in x.handlers) - served_before == n
+        assert me.store.get("m", 1).complete  # and it serves the version now
+
+
+async def test_holder_killed_mid_transfer_fetch_completes_from_others() -> None:
+    sd = model(32)
+    async with nodes(3) as (a, b, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        b.serve("m", 1, sd, chunk_size=1 << 20)
+        cfg = PlannerConfig(endgame_copies=0, per_source=2, total=4)
+        into = empty_like_manifest(m)
+        task = asyncio.create_task(
+            swarm_fetch(me, "m", 1, into, [Holder(a.address, 1), Holder(b.address, 2)], config=cfg)
+        )
+        while not any(h.chunks_served for h in a.handlers):
+            await asyncio.sleep(0.001)
+        await a.close()  # the nearest holder dies mid-transfer
+        await task
+        assert all(same_bytes(sd[k], into[k]) for k in sd)
+        assert sum(h.chunks_served for h in b.handlers) > 0
+
+
+async def test_corrupt_holder_is_avoided_and_the_fetch_completes() -> None:
+    sd = model(8)
+    bad = {k: v.clone() for k, v in sd.items()}
+    async with nodes(3) as (liar, honest, me):
+        m = honest.serve("m", 1, sd, chunk_size=1 << 20)
+        liar.serve("m", 1, bad, chunk_size=1 << 20)
+        bad["w"].view(torch.int16).add_(1)  # its memory no longer matches its manifest
+        into = empty_like_manifest(m)
+        await swarm_fetch(
+            me,
+            "m",
+            1,
+            into,
+            [Holder(liar.address, 0), Holder(honest.address, 3)],
+            expected_root=m.root,
+        )
+        assert all(same_bytes(sd[k], into[k]) for k in sd)
+
+
+async def test_stale_hint_is_survived() -> None:
+    sd = model(4)
+    async with nodes(3) as (a, gone, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        gone.serve("m", 1, sd, chunk_size=1 << 20)
+        await gone.withdraw("m", 1)  # it said it held the version; it no longer does
+        into = empty_like_manifest(m)
+        await swarm_fetch(
+            me, "m", 1, into, [Holder(gone.address, 0), Holder(a.address, 3)], expected_root=m.root
+        )
+        assert all(same_bytes(sd[k], into[k]) for k in sd)
+
+
+async def test_no_usable_holder_is_a_clear_error_and_leaves_nothing_advertised() -> None:
+    sd = model(4)
+    async with nodes(2) as (a, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        half = range(m.num_chunks // 2)
+        with pytest.raises(TransferError, match="no usable holder"):
+            await swarm_fetch(
+                me, "m", 1, empty_like_manifest(m), [Holder(a.address, 1, half)], stall_timeout=0.3
+            )
+        assert len(me.store) == 0
+
+
+async def test_partial_prefix_serving_while_fetching() -> None:
+    """A fetcher serves each chunk as soon as it verified it, before it has the rest."""
+    sd = model(16)
+    async with nodes(4) as (a, b, relay, late):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        n = m.num_chunks
+        got: list[int] = []
+        first_half = asyncio.Event()
+
+        def on_chunk(replica: Replica, chunk: int) -> None:
+            got.append(chunk)
+            if len(got) == n // 2:
+                first_half.set()
+
+        # a can give the relay only the first half; b will hold the rest, but not yet.
+        task = asyncio.create_task(
+            swarm_fetch(
+                relay,
+                "m",
+                1,
+                empty_like_manifest(m),
+                [Holder(a.address, 1, range(n // 2)), Holder(b.address, 2)],
+                on_chunk=on_chunk,
+            )
+        )
+        await first_half.wait()
+        partial = relay.store.get("m", 1)
+        assert not partial.complete and sorted(got) == list(range(n // 2))
+        peer = await late.peer(relay.address)
+        manifest = await peer.get_manifest("m", 1, m.root)
+        from tensorhub.io.tensors import TensorBytes
+
+        mine = Replica(
+            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
+        )
+        await peer.get_chunk(mine, got[0])  # served from the relay's partial copy, verified
+        with pytest.raises(TransferError, match="no_chunk"):
+            await peer.get_chunk(mine, n - 1)  # never a chunk it has not verified
+        b.serve("m", 1, sd, chunk_size=1 << 20)  # the rest appears; the relay finishes
+        await task
+        assert relay.store.get("m", 1).complete
