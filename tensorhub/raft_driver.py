@@ -230,6 +230,17 @@ class RaftNode:
             elif r.op == "status":
                 c = self.core
                 reply = RegistryReply(r.req, True, c.role.value, c.lead or "", c.term)
+            elif r.op == "version":
+                await self.read_index()
+                rec = self.registry.version(r.model, r.value)
+                if rec is None or rec.retired:
+                    reply = RegistryReply(
+                        r.req, False, "unknown_version", f"{r.model} v{r.value} is not committed"
+                    )
+                else:
+                    reply = RegistryReply(
+                        r.req, True, value=r.value, data=msgspec.msgpack.encode(list(rec.roots()))
+                    )
             elif r.op == "versions":
                 vs = self.registry.committed_versions(r.model)
                 reply = RegistryReply(r.req, True, data=msgspec.msgpack.encode(vs))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .core.errors import NoQuorum, TensorHubError, TransferError
 from .core.messages import Message, RegistryReply, RegistryRequest
@@ -31,13 +33,18 @@ class _Call:
 
 
 class RegistryClient:
-    def __init__(self, node: Node, voters: Sequence[str]) -> None:
+    def __init__(self, node: Node, voters: Sequence[str] | Callable[[], Sequence[str]]) -> None:
+        """``voters``: their addresses, or a function returning them (e.g. from gossip)."""
         self.node = node
-        self.voters = list(voters)
+        self._voters = voters
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
         self._preferred = 0
         node.control[RegistryReply] = self._on_reply
+
+    @property
+    def voters(self) -> list[str]:
+        return list(self._voters() if callable(self._voters) else self._voters)
 
     def _on_reply(self, _peer: PeerHandler, msg: Message) -> None:
         assert isinstance(msg, RegistryReply)
@@ -45,13 +52,15 @@ class RegistryClient:
         if call is not None and not call.fut.done():
             call.fut.set_result(msg)
 
-    async def _ask(self, voter: str, op: str, model: str, data: bytes) -> RegistryReply:
+    async def _ask(
+        self, voter: str, op: str, model: str, data: bytes, value: int = 0
+    ) -> RegistryReply:
         req = next(self._ids)
         fut: asyncio.Future[RegistryReply] = asyncio.get_running_loop().create_future()
         self._calls[req] = _Call(fut)
         try:
             peer = await self.node.peer(voter)
-            await peer.conn.send(RegistryRequest(req, op, model, data))
+            await peer.conn.send(RegistryRequest(req, op, model, data, value))
             # A voter that dies mid-request closes the connection: fail over at once.
             closed: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(peer.conn.closed))
             waiting: set[asyncio.Future[Any]] = {fut, closed}
@@ -70,24 +79,33 @@ class RegistryClient:
             self._calls.pop(req, None)
 
     async def call(
-        self, op: str, model: str = "", data: bytes = b"", deadline: float = DEFAULT_DEADLINE
+        self,
+        op: str,
+        model: str = "",
+        data: bytes = b"",
+        deadline: float = DEFAULT_DEADLINE,
+        value: int = 0,
     ) -> RegistryReply:
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         backoff = 0.05
         last: str = "no voter answered"
         while True:
-            order = self.voters[self._preferred :] + self.voters[: self._preferred]
+            voters = self.voters
+            if not voters:
+                last = "no voter known yet"
+            self._preferred %= max(len(voters), 1)
+            order = voters[self._preferred :] + voters[: self._preferred]
             for i, voter in enumerate(order):
                 try:
-                    reply = await self._ask(voter, op, model, data)
+                    reply = await self._ask(voter, op, model, data, value)
                 except (TensorHubError, OSError, asyncio.TimeoutError) as e:
                     last = f"{voter}: {e or type(e).__name__}"
                     continue
                 if reply.code == "no_quorum":
                     last = f"{voter}: {reply.message}"
                     continue
-                self._preferred = (self._preferred + i) % len(self.voters)
+                self._preferred = (self._preferred + i) % len(voters)
                 return reply
             if loop.time() + backoff > end:
                 raise NoQuorum(f"registry unavailable for {deadline:.0f}s: {last}")
@@ -99,6 +117,15 @@ class RegistryClient:
             "propose", data=encode_proposal(Proposal(req, cmd)), deadline=deadline
         )
         return Result(reply.ok, reply.code, reply.message, bool(reply.value))
+
+    async def version(
+        self, model: str, version: int, deadline: float = DEFAULT_DEADLINE
+    ) -> tuple[bytes, ...] | None:
+        """Manifest roots (one per shard) of a committed version; None if not committed."""
+        reply = await self.call("version", model, deadline=deadline, value=version)
+        if not reply.ok:
+            return None
+        return tuple(msgspec.msgpack.decode(reply.data, type=list[bytes]))
 
     async def latest(self, model: str, deadline: float = DEFAULT_DEADLINE) -> int:
         reply = await self.call("latest", model, deadline=deadline)

@@ -35,6 +35,10 @@ SWARM_CONFIG = PlannerConfig(endgame_copies=0)
 TICK = 0.01
 
 
+class NoManifest(TransferError):
+    """None of the hinted holders could give the manifest (all hints stale or unreachable)."""
+
+
 @dataclass(frozen=True)
 class Holder:
     """A source hint: its address, locality tier from us, and the chunks it says it has
@@ -55,7 +59,7 @@ async def _manifest(
             return await peer.get_manifest(model, version, expected_root)
         except (TensorHubError, OSError) as e:
             errors.append(f"{h.addr}: {e}")
-    raise TransferError(f"no holder gave the manifest of {model} v{version}: {errors}")
+    raise NoManifest(f"no holder gave the manifest of {model} v{version}: {errors}")
 
 
 async def swarm_fetch(
@@ -70,17 +74,31 @@ async def swarm_fetch(
     stall_timeout: float = 10.0,
     on_chunk: Callable[[Replica, int], None] | None = None,
     seed: int | None = None,
+    refresh: Callable[[], tuple[list[Holder], list[str]]] | None = None,
+    refresh_ticks: int = 10,
 ) -> FetchResult:
-    """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching."""
+    """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching.
+
+    ``refresh``, if given, is called every ``refresh_ticks`` ticks for the current holder
+    hints and our datacenter's fetchers (the WAN owners), so holders that appear during the
+    fetch — other fetchers' partial replicas — become sources."""
     t0 = time.perf_counter()
     manifest = await _manifest(node, holders, model, version, expected_root)
     t1 = time.perf_counter()
     replica = Replica(model, version, manifest, TensorBytes.for_destination(manifest, into))
     node.store.add(replica)  # partial: serves each chunk once verified
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
-    for h in holders:
-        chunks = range(manifest.num_chunks) if h.chunks is None else h.chunks
-        planner.set_source(h.addr, h.tier, chunks)
+
+    def use(hs: Iterable[Holder]) -> None:
+        for h in hs:
+            chunks = range(manifest.num_chunks) if h.chunks is None else h.chunks
+            planner.set_source(h.addr, h.tier, chunks)
+
+    use(holders)
+    if refresh is not None:
+        hs, fetchers = refresh()
+        use(hs)
+        planner.set_dc_fetchers(fetchers)
     running: dict[asyncio.Task[None], Request] = {}
     last_progress = time.monotonic()
     try:
@@ -98,6 +116,10 @@ async def swarm_fetch(
                 continue
             done, _ = await asyncio.wait(running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
             planner.tick()
+            if refresh is not None and planner.now % refresh_ticks == 0:
+                hs, fetchers = refresh()
+                use(hs)
+                planner.set_dc_fetchers(fetchers)
             for task in done:
                 r = running.pop(task)
                 err = task.exception()

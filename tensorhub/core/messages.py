@@ -119,14 +119,16 @@ class RegistryRequest(Message, frozen=True, tag="reg_req"):
     """Any node → a voter: propose a registry command or read from the registry.
 
     ``op``: "propose" (``data`` is an encoded Proposal), "latest" (linearizable read of
-    ``model``), "status" (the voter's Raft role, term and leader), "versions" (the voter's
-    local view of ``model``'s committed versions; not linearizable).
+    ``model``), "version" (linearizable: the manifest roots of committed version ``value``),
+    "status" (the voter's Raft role, term and leader), "versions" (the voter's local view of
+    ``model``'s committed versions; not linearizable).
     """
 
     req: int
     op: str
     model: str = ""
     data: bytes = b""
+    value: int = 0
 
 
 @register

@@ -23,3 +23,12 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:  # pragma: no cover - uvloop is a hard dependency on Linux
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A fresh event loop (uvloop where installed) for a thread of its own."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

@@ -1,0 +1,311 @@
+"""The Hub: tensorhub embedded in a trainer or an inference engine.
+
+A Hub is one node joining the three planes: the version registry (Raft; this node is a
+voter or a client of the voters), gossip (membership and who holds what) and the data plane
+(chunks over authenticated TCP). ``publish`` serves the weights from the caller's memory,
+advertises them and commits their manifest root; ``fetch`` reads the committed root,
+finds holders in the gossip view, nearest first, and swarms the chunks into the caller's
+tensors — serving each one onward as soon as it is verified. Afterwards the fetcher holds
+the version too.
+
+Bootstrap, as with etcd: the voters start with ``voter=True`` and the same ``seeds`` — all
+voters' listen addresses, their own included — and a ``data_dir``; every other node starts
+with ``voter=False`` and ``seeds`` naming any reachable nodes, and finds the voters by gossip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from .core.errors import TensorHubError, TransferError
+from .core.gossip.holders import tier
+from .core.layout import DEFAULT_CHUNK_SIZE
+from .core.manifest import Manifest
+from .core.registry import PublishShard, Release, Retain
+from .fetch import FetchResult
+from .gossip_driver import GossipNode
+from .io.raft_storage import RaftStorage
+from .node import Node
+from .raft_driver import RaftNode
+from .registry_client import RegistryClient
+from .swarm import Holder, NoManifest, swarm_fetch
+
+T = TypeVar("T")
+ROLE_KEY = "role"
+
+
+class UnknownVersion(TensorHubError):
+    """The version is not committed (or was retired)."""
+
+
+class PublishRejected(TensorHubError):
+    """The registry refused a publish (a conflicting root, or a version not newer)."""
+
+
+class NoHolder(TransferError):
+    """No live node holds the version (yet)."""
+
+
+@dataclass(frozen=True)
+class Published:
+    manifest: Manifest
+    committed: bool  # this shard completed the version
+
+
+def _dp(model: str, shard: int) -> str:
+    """The data-plane name of one shard of a model."""
+    return f"{model}@{shard}"
+
+
+class Hub:
+    def __init__(
+        self, node: Node, gossip: GossipNode, raft: RaftNode | None, seeds: Sequence[str]
+    ) -> None:
+        self.node = node
+        self.gossip = gossip
+        self.raft = raft
+        self._seeds = list(seeds)
+        self.registry = RegistryClient(node, self._voters)
+
+    @classmethod
+    async def start(
+        cls,
+        name: str,
+        *,
+        locality: str = "dc0/rack0/host0",
+        listen: str = "127.0.0.1:0",
+        seeds: Sequence[str] = (),
+        voter: bool = False,
+        data_dir: str | Path | None = None,
+        secret: bytes | str | None = None,
+    ) -> Hub:
+        node = await Node.start(name, listen=listen, secret=secret)
+        try:
+            gossip = GossipNode(
+                node, locality, seeds, data_dir=Path(data_dir) / "gossip" if data_dir else None
+            )
+            raft = None
+            if voter:
+                if node.address not in seeds:
+                    raise ValueError(f"voter {node.address} must be in seeds (the voter set)")
+                if data_dir is None:
+                    raise ValueError("a voter needs a data_dir for its Raft log")
+                raft = RaftNode(node, list(seeds), RaftStorage.open(Path(data_dir) / "raft"))
+                gossip.core.set_local(ROLE_KEY, b"voter")
+            hub = cls(node, gossip, raft, seeds)
+            await gossip.start()
+            if raft is not None:
+                await raft.start()
+        except BaseException:
+            await node.close()
+            raise
+        return hub
+
+    @property
+    def address(self) -> str:
+        return self.node.address
+
+    def _voters(self) -> list[str]:
+        if self.raft is not None:
+            return list(self.raft.voters)
+        core = self.gossip.core
+        found = [
+            a
+            for n in core.alive()
+            if core.state.get(n, ROLE_KEY) == b"voter" and (a := core.addr_of(n)) is not None
+        ]
+        return found or [s for s in self._seeds if s != self.address]
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        model: str,
+        version: int,
+        tensors: Mapping[str, torch.Tensor],
+        *,
+        shard: int = 0,
+        num_shards: int = 1,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> Published:
+        """Serve ``tensors`` (no copy: they must not change until :meth:`unpublish`
+        returns) and commit them as shard ``shard`` of (model, version)."""
+        dp = _dp(model, shard)
+        manifest = self.node.serve(dp, version, tensors, chunk_size=chunk_size)
+        self.gossip.advertise(dp, version, b"\1" * manifest.num_chunks)
+        cmd = PublishShard(
+            model, version, shard, num_shards, manifest.root, self.node.name, manifest.total_bytes
+        )
+        req = f"{self.node.name}/publish/{model}/{version}/{shard}/{manifest.root.hex()}"
+        try:
+            res = await self.registry.propose(req, cmd)
+        except BaseException:
+            await self._withdraw(dp, version)
+            raise
+        if not res.ok:
+            await self._withdraw(dp, version)
+            raise PublishRejected(f"{model} v{version} shard {shard}: {res.code}: {res.message}")
+        return Published(manifest, res.committed)
+
+    async def unpublish(self, model: str, version: int, *, shard: int = 0) -> None:
+        """Stop serving; returns once no upload reads the buffers (they may change then)."""
+        await self._withdraw(_dp(model, shard), version)
+
+    async def _withdraw(self, dp: str, version: int) -> None:
+        self.gossip.withdraw(dp, version)
+        await self.node.withdraw(dp, version)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def latest(self, model: str) -> int:
+        """The newest committed version (linearizable; 0 if none)."""
+        return await self.registry.latest(model)
+
+    async def watch(self, model: str, poll: float = 0.2) -> AsyncIterator[int]:
+        """Committed versions of ``model`` as they appear (each newer than the last)."""
+        last = 0
+        while True:
+            v = await self.registry.latest(model)
+            if v > last:
+                last = v
+                yield v
+            await asyncio.sleep(poll)
+
+    def _holders(self, dp: str, version: int) -> tuple[list[Holder], list[str]]:
+        core = self.gossip.core
+        me = core.me.locality
+        my_dc = me.split("/")[0]
+        out, fetchers = [], [self.address]
+        for name, h in core.holders.holders(dp, version).items():
+            addr, loc = core.addr_of(name), core.locality_of(name)
+            if addr is None or loc is None or addr == self.address:
+                continue
+            out.append(Holder(addr, tier(me, loc), [i for i in range(h.num_chunks) if h.has(i)]))
+            if loc.split("/")[0] == my_dc and not h.complete:
+                fetchers.append(addr)
+        return out, fetchers
+
+    async def fetch(
+        self,
+        model: str,
+        version: int,
+        into: Mapping[str, torch.Tensor],
+        *,
+        shard: int = 0,
+        timeout: float = 60.0,
+    ) -> FetchResult:
+        """Fetch a committed version into ``into`` (same names, dtypes and shapes), every
+        byte verified; then this node holds it and serves it."""
+        roots = await self.registry.version(model, version)
+        if roots is None:
+            raise UnknownVersion(f"{model} v{version} is not committed")
+        if not 0 <= shard < len(roots):
+            raise UnknownVersion(f"{model} v{version} has {len(roots)} shard(s), not {shard}")
+        dp = _dp(model, shard)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def progress(replica: Any, _chunk: int) -> None:
+            self.gossip.advertise(dp, version, replica.have)
+
+        while True:
+            holders, _ = self._holders(dp, version)
+            if holders:
+                try:
+                    return await asyncio.wait_for(
+                        swarm_fetch(
+                            self.node,
+                            dp,
+                            version,
+                            into,
+                            holders,
+                            expected_root=roots[shard],
+                            on_chunk=progress,
+                            refresh=lambda: self._holders(dp, version),
+                        ),
+                        max(deadline - loop.time(), 0.1),
+                    )
+                except NoManifest:
+                    pass  # every hint was stale: wait for gossip to tell us more
+                except BaseException:
+                    self.gossip.withdraw(dp, version)
+                    raise
+            if loop.time() > deadline:
+                raise NoHolder(f"no live node holds {model} v{version} shard {shard}")
+            await asyncio.sleep(0.05)
+
+    async def retain(self, model: str, version: int) -> None:
+        """Keep (model, version) readable until :meth:`release` (it cannot be retired)."""
+        await self._retention(Retain(model, version, self.node.name), "retain")
+
+    async def release(self, model: str, version: int) -> None:
+        await self._retention(Release(model, version, self.node.name), "release")
+
+    async def _retention(self, cmd: Retain | Release, op: str) -> None:
+        res = await self.registry.propose(f"{self.node.name}/{op}/{cmd.model}/{cmd.version}", cmd)
+        if not res.ok:
+            raise UnknownVersion(f"{op} {cmd.model} v{cmd.version}: {res.code}: {res.message}")
+
+    async def close(self) -> None:
+        await self.gossip.stop()
+        if self.raft is not None:
+            await self.raft.stop()
+        await self.node.close()
+
+
+class SyncHub:
+    """A blocking facade for code that is not async: the Hub runs on its own thread."""
+
+    def __init__(self, **start_kwargs: Any) -> None:
+        from .io.loop import new_loop
+
+        self._loop = new_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="tensorhub"
+        )
+        self._thread.start()
+        self.hub: Hub = self._call(Hub.start(**start_kwargs))
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result(timeout)
+
+    @property
+    def address(self) -> str:
+        return self.hub.address
+
+    def publish(
+        self, model: str, version: int, tensors: Mapping[str, torch.Tensor], **kw: Any
+    ) -> Published:
+        return self._call(self.hub.publish(model, version, tensors, **kw))
+
+    def unpublish(self, model: str, version: int, **kw: Any) -> None:
+        self._call(self.hub.unpublish(model, version, **kw))
+
+    def latest(self, model: str) -> int:
+        return self._call(self.hub.latest(model))
+
+    def fetch(
+        self, model: str, version: int, into: Mapping[str, torch.Tensor], **kw: Any
+    ) -> FetchResult:
+        return self._call(self.hub.fetch(model, version, into, **kw))
+
+    def retain(self, model: str, version: int) -> None:
+        self._call(self.hub.retain(model, version))
+
+    def release(self, model: str, version: int) -> None:
+        self._call(self.hub.release(model, version))
+
+    def close(self) -> None:
+        self._call(self.hub.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

@@ -1,0 +1,150 @@
+"""The Hub end to end, in one process: 3 voters, rollouts in two datacenters."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorhub.hub import Hub, PublishRejected, SyncHub, UnknownVersion
+from tensorhub.io.tensors import empty_like_manifest
+
+from .models import same_bytes
+from .procs import free_ports
+
+SECRET = "hub-secret"
+
+
+def weights(version: int, mib: int = 8) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(version)
+    return {
+        "embed": torch.randn(mib << 16, 4, generator=g).to(torch.bfloat16),
+        "norm": torch.randn(512, generator=g),
+        "head": torch.randn(64, 64, generator=g).half(),
+        "step": torch.tensor(version),
+    }
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp: Path, rollouts: int = 3) -> AsyncIterator[tuple[list[Hub], list[Hub]]]:
+    seeds = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    voters = [
+        await Hub.start(
+            f"voter{i}",
+            locality=f"dc0/rack0/v{i}",
+            listen=seeds[i],
+            seeds=seeds,
+            voter=True,
+            data_dir=tmp / f"v{i}",
+            secret=SECRET,
+        )
+        for i in range(3)
+    ]
+    rolls = [
+        await Hub.start(
+            f"rollout{i}", locality=f"dc{i % 2}/rack{i}/r{i}", seeds=seeds, secret=SECRET
+        )
+        for i in range(rollouts)
+    ]
+    try:
+        yield voters, rolls
+    finally:
+        for h in (*rolls, *voters):
+            await h.close()
+
+
+async def test_publish_fetch_latest_across_two_dcs(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as (voters, rolls):
+        trainer = voters[0]  # a voter can publish too
+        for v in (1, 2):
+            pub = await trainer.publish("policy", v, weights(v), chunk_size=1 << 20)
+            assert pub.committed
+        assert await rolls[0].latest("policy") == 2
+        for r in rolls:
+            into = empty_like_manifest(pub.manifest)
+            res = await r.fetch("policy", 2, into)
+            assert res.bytes == pub.manifest.total_bytes
+            assert all(same_bytes(weights(2)[k], into[k]) for k in into)
+        # Every fetcher holds the version now: the trainer may leave and fetches still work.
+        await trainer.unpublish("policy", 2)
+        late = await Hub.start(
+            "late", locality="dc1/rack9/l", seeds=[voters[1].address], secret=SECRET
+        )
+        try:
+            into = empty_like_manifest(pub.manifest)
+            await late.fetch("policy", 2, into)
+            assert all(same_bytes(weights(2)[k], into[k]) for k in into)
+        finally:
+            await late.close()
+
+
+async def test_clear_errors(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        await voters[0].publish("policy", 1, weights(1))
+        with pytest.raises(UnknownVersion, match="v7 is not committed"):
+            await roll.fetch(
+                "policy",
+                7,
+                empty_like_manifest((await voters[0].publish("other", 1, weights(2))).manifest),
+            )
+        with pytest.raises(PublishRejected, match="conflict"):
+            await voters[1].publish("policy", 1, weights(99))  # another root for v1
+        await voters[1].publish("policy", 3, weights(3))
+        with pytest.raises(PublishRejected, match="stale"):
+            await voters[1].publish("policy", 2, weights(2))  # not newer than v3
+        assert len(voters[1].node.store) == 1  # the rejected versions are not served
+        await roll.retain("policy", 1)
+        await roll.release("policy", 1)
+        with pytest.raises(UnknownVersion):
+            await roll.retain("policy", 5)
+
+
+async def test_sharded_version_commits_when_all_shards_are_in(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=2) as (voters, (r0, r1)):
+        s0 = await voters[0].publish("policy", 1, weights(10), shard=0, num_shards=2)
+        assert not s0.committed and await r0.latest("policy") == 0
+        s1 = await voters[1].publish("policy", 1, weights(11), shard=1, num_shards=2)
+        assert s1.committed and await r0.latest("policy") == 1
+        into0, into1 = empty_like_manifest(s0.manifest), empty_like_manifest(s1.manifest)
+        await r0.fetch("policy", 1, into0, shard=0)
+        await r1.fetch("policy", 1, into1, shard=1)
+        assert all(same_bytes(weights(10)[k], into0[k]) for k in into0)
+        assert all(same_bytes(weights(11)[k], into1[k]) for k in into1)
+
+
+async def test_watch_sees_new_versions(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        seen: list[int] = []
+
+        async def watcher() -> None:
+            async for v in roll.watch("policy", poll=0.05):
+                seen.append(v)
+                if v >= 2:
+                    return
+
+        task = asyncio.create_task(watcher())
+        await voters[0].publish("policy", 1, weights(1, 1))
+        await voters[0].publish("policy", 2, weights(2, 1))
+        await asyncio.wait_for(task, 20)
+        assert seen[-1] == 2 and seen == sorted(set(seen))
+
+
+def test_sync_facade(tmp_path: Path) -> None:
+    seeds = [f"127.0.0.1:{p}" for p in free_ports(1)]
+    voter = SyncHub(
+        name="v", listen=seeds[0], seeds=seeds, voter=True, data_dir=tmp_path, secret=SECRET
+    )
+    roll = SyncHub(name="r", seeds=seeds, secret=SECRET)
+    try:
+        pub = voter.publish("policy", 1, weights(3, 1))
+        assert roll.latest("policy") == 1
+        into = empty_like_manifest(pub.manifest)
+        roll.fetch("policy", 1, into)
+        assert all(same_bytes(weights(3, 1)[k], into[k]) for k in into)
+    finally:
+        roll.close()
+        voter.close()
