@@ -12,15 +12,24 @@ from .core.errors import (
     AuthenticationError,
     ChecksumMismatch,
     ManifestError,
+    NoQuorum,
     ProtocolError,
     TensorHubError,
     TransferError,
 )
 from .core.manifest import Manifest
+from .hub import Hub, NoHolder, Published, PublishRejected, SyncHub, UnknownVersion
 from .node import Node
 
 __all__ = [
     "AuthenticationError",
+    "Hub",
+    "NoHolder",
+    "NoQuorum",
+    "PublishRejected",
+    "Published",
+    "SyncHub",
+    "UnknownVersion",
     "ChecksumMismatch",
     "Manifest",
     "ManifestError",
