@@ -17,6 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="a trainer and a rollout process moving real weights")
     demo.add_argument("--versions", type=int, default=3)
     demo.add_argument("--steps", type=int, default=20, help="training steps per version")
+    demo.add_argument(
+        "--two-process",
+        action="store_true",
+        help="the minimal demo: one trainer, one rollout, no registry",
+    )
     voter = sub.add_parser("voter", help="run one Raft voter of the version registry")
     voter.add_argument("--listen", required=True, help="host:port; also this voter's id")
     voter.add_argument("--voters", required=True, help="comma-separated voter addresses")
@@ -32,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     if args.cmd == "demo":
-        from .demo.two_process import main as demo_main
+        if args.two_process:
+            from .demo.two_process import main as two_process_main
+
+            return two_process_main(args.versions, args.steps)
+        from .demo.cluster import main as demo_main
 
         return demo_main(args.versions, args.steps)
     if args.cmd == "gossip-node":

@@ -155,6 +155,34 @@ class Hub:
             raise PublishRejected(f"{model} v{version} shard {shard}: {res.code}: {res.message}")
         return Published(manifest, res.committed)
 
+    async def wait_replicated(
+        self,
+        model: str,
+        version: int,
+        *,
+        copies: int = 1,
+        shard: int = 0,
+        timeout: float = 60.0,
+        poll: float = 0.005,
+    ) -> None:
+        """Return once ``copies`` complete copies of the shard exist on other nodes (as
+        gossip reports them): then the publisher may unpublish and reuse its memory."""
+        dp = _dp(model, shard)
+        core = self.gossip.core
+        deadline = asyncio.get_running_loop().time() + timeout
+        # Gossip has no change events: poll the holder view (cheap, local).
+        while (
+            sum(
+                h.complete
+                for n, h in core.holders.holders(dp, version).items()
+                if n != core.name and core.locality_of(n) is not None
+            )
+            < copies
+        ):
+            if asyncio.get_running_loop().time() > deadline:
+                raise NoHolder(f"fewer than {copies} copies of {model} v{version} after {timeout}s")
+            await asyncio.sleep(poll)
+
     async def unpublish(self, model: str, version: int, *, shard: int = 0) -> None:
         """Stop serving; returns once no upload reads the buffers (they may change then)."""
         await self._withdraw(_dp(model, shard), version)

@@ -73,6 +73,7 @@ async def swarm_fetch(
     config: PlannerConfig = SWARM_CONFIG,
     stall_timeout: float = 10.0,
     on_chunk: Callable[[Replica, int], None] | None = None,
+    # called with -1 once the replica exists, then with each chunk as it is verified
     seed: int | None = None,
     refresh: Callable[[], tuple[list[Holder], list[str]]] | None = None,
     refresh_ticks: int = 10,
@@ -87,6 +88,8 @@ async def swarm_fetch(
     t1 = time.perf_counter()
     replica = Replica(model, version, manifest, TensorBytes.for_destination(manifest, into))
     node.store.add(replica)  # partial: serves each chunk once verified
+    if on_chunk is not None:
+        on_chunk(replica, -1)  # announce the (empty) replica: we are a fetcher of this version
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
 
     def use(hs: Iterable[Holder]) -> None:

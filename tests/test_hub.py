@@ -70,6 +70,7 @@ async def test_publish_fetch_latest_across_two_dcs(tmp_path: Path) -> None:
             assert res.bytes == pub.manifest.total_bytes
             assert all(same_bytes(weights(2)[k], into[k]) for k in into)
         # Every fetcher holds the version now: the trainer may leave and fetches still work.
+        await trainer.wait_replicated("policy", 2, copies=len(rolls))
         await trainer.unpublish("policy", 2)
         late = await Hub.start(
             "late", locality="dc1/rack9/l", seeds=[voters[1].address], secret=SECRET
