@@ -241,8 +241,14 @@ class Hub:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
 
-        def progress(replica: Any, _chunk: int) -> None:
-            self.gossip.advertise(dp, version, replica.have)
+        def progress(replica: Any, chunk: int) -> None:
+            # Advertise the replica at once, then about 64 times per fetch, then when whole:
+            # each advertisement is a gossip write of the full bitmap.
+            n = len(replica.have)
+            step = max(1, n // 64)
+            held = replica.held
+            if chunk < 0 or held % step == 0 or held == n:
+                self.gossip.advertise(dp, version, replica.have)
 
         while True:
             holders, _ = self._holders(dp, version)

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .core.errors import ChecksumMismatch, TensorHubError, TransferError
+from .core.digest import digest
+from .core.errors import ChecksumMismatch, ManifestError, TensorHubError, TransferError
 from .core.manifest import Manifest
 from .core.swarm import ChunkPlanner, PlannerConfig, Request
 from .fetch import FetchResult
 from .io.tensors import TensorBytes
 from .node import Node
-from .store import Replica
+from .store import Replica, UnknownVersion
 
 SWARM_CONFIG = PlannerConfig(endgame_copies=0)
 TICK = 0.01
@@ -84,6 +85,9 @@ async def swarm_fetch(
     hints and our datacenter's fetchers (the WAN owners), so holders that appear during the
     fetch — other fetchers' partial replicas — become sources."""
     t0 = time.perf_counter()
+    local = _held(node, model, version)
+    if local is not None:
+        return _copy_local(local, model, version, into, expected_root, t0)
     manifest = await _manifest(node, holders, model, version, expected_root)
     t1 = time.perf_counter()
     replica = Replica(model, version, manifest, TensorBytes.for_destination(manifest, into))
@@ -154,6 +158,44 @@ async def swarm_fetch(
     return FetchResult(
         model, version, manifest, manifest.total_bytes, manifest.num_chunks, t2 - t0, t1 - t0
     )
+
+
+def _held(node: Node, model: str, version: int) -> Replica | None:
+    try:
+        return node.store.get(model, version)
+    except UnknownVersion:
+        return None
+
+
+def _copy_local(
+    replica: Replica,
+    model: str,
+    version: int,
+    into: Mapping[str, torch.Tensor],
+    expected_root: bytes | None,
+    t0: float,
+) -> FetchResult:
+    """This node already holds the version: copy it, verified, without the network."""
+    m = replica.manifest
+    if expected_root is not None and m.root != expected_root:
+        raise ManifestError(
+            f"{model} v{version} held here has root {m.root.hex()}, "
+            f"not the expected {expected_root.hex()}"
+        )
+    if not replica.complete:
+        raise TransferError(f"a fetch of {model} v{version} is already in progress here")
+    dest = TensorBytes.for_destination(m, into)
+    for i in range(m.num_chunks):
+        pos = 0
+        src = b"".join(bytes(p) for p in replica.data.read_parts(i))
+        if digest(src) != m.digests[i]:
+            raise ChecksumMismatch(f"chunk {i} of {model} v{version} changed in memory here")
+        for part in dest.write_parts(i):
+            part[:] = src[pos : pos + len(part)]
+            pos += len(part)
+    dest.finalize()
+    dt = time.perf_counter() - t0
+    return FetchResult(model, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
 
 
 async def _get(node: Node, replica: Replica, r: Request) -> None:

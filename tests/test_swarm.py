@@ -169,3 +169,19 @@ async def test_partial_prefix_serving_while_fetching() -> None:
         b.serve("m", 1, sd, chunk_size=1 << 20)  # the rest appears; the relay finishes
         await task
         assert relay.store.get("m", 1).complete
+
+
+async def test_fetching_a_version_held_here_copies_it_locally() -> None:
+    sd = model(4)
+    async with nodes(2) as (a, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        await swarm_fetch(me, "m", 1, empty_like_manifest(m), [Holder(a.address, 1)])
+        await a.close()  # no holder left on the network: the copy must be local
+        again = empty_like_manifest(m)
+        res = await swarm_fetch(me, "m", 1, again, [Holder(a.address, 1)], expected_root=m.root)
+        assert res.bytes == m.total_bytes
+        assert all(same_bytes(sd[k], again[k]) for k in sd)
+        from tensorhub.core.errors import ManifestError
+
+        with pytest.raises(ManifestError, match="expected"):
+            await swarm_fetch(me, "m", 1, empty_like_manifest(m), [], expected_root=b"\0" * 16)

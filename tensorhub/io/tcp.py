@@ -276,12 +276,9 @@ class Server:
     def __init__(self, server: asyncio.Server, conns: set[Connection]) -> None:
         self._server = server
         self.connections = conns
-
-    @property
-    def address(self) -> str:
-        sock = self._server.sockets[0]
-        host, port = sock.getsockname()[:2]
-        return f"{host}:{port}"
+        host, port = server.sockets[0].getsockname()[:2]
+        self.address = f"{host}:{port}"
+        """Where it listens ("host:port"); still known after close."""
 
     async def close(self) -> None:
         self._server.close()
