@@ -276,6 +276,27 @@ class Hub:
                 raise NoHolder(f"no live node holds {model} v{version} shard {shard}")
             await asyncio.sleep(0.05)
 
+    async def manifest(
+        self, model: str, version: int, *, shard: int = 0, timeout: float = 60.0
+    ) -> Manifest:
+        """The committed manifest of a version, from any holder (to allocate buffers once)."""
+        roots = await self.registry.version(model, version)
+        if roots is None or not 0 <= shard < len(roots):
+            raise UnknownVersion(f"{model} v{version} shard {shard} is not committed")
+        dp = _dp(model, shard)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            for h in sorted(self._holders(dp, version)[0], key=lambda h: h.tier):
+                try:
+                    peer = await self.node.peer(h.addr)
+                    return await peer.get_manifest(dp, version, roots[shard])
+                except (TensorHubError, OSError):
+                    continue  # a stale hint: try the next holder
+            if loop.time() > deadline:
+                raise NoHolder(f"no live node gave the manifest of {model} v{version}")
+            await asyncio.sleep(0.05)
+
     async def retain(self, model: str, version: int) -> None:
         """Keep (model, version) readable until :meth:`release` (it cannot be retired)."""
         await self._retention(Retain(model, version, self.node.name), "retain")

@@ -16,8 +16,10 @@ was verified; the planner supports them for when that exists.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -31,6 +33,8 @@ from .fetch import FetchResult
 from .io.tensors import TensorBytes
 from .node import Node
 from .store import Replica, UnknownVersion
+
+log = logging.getLogger(__name__)
 
 SWARM_CONFIG = PlannerConfig(endgame_copies=0)
 TICK = 0.01
@@ -108,6 +112,7 @@ async def swarm_fetch(
         planner.set_dc_fetchers(fetchers)
     running: dict[asyncio.Task[None], Request] = {}
     last_progress = time.monotonic()
+    trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
     try:
         while not planner.done:
             for r in planner.next_requests():
@@ -136,15 +141,18 @@ async def swarm_fetch(
                     if on_chunk is not None:
                         on_chunk(replica, r.chunk)
                 elif isinstance(err, ChecksumMismatch):
+                    trouble["corrupt"] += 1
                     planner.failed(r.chunk, r.source, corrupt=True)
                 elif (
                     isinstance(err, TransferError)
                     and "no_chunk" not in str(err)
                     and "unknown_version" not in str(err)
                 ):
+                    trouble["holder lost"] += 1
                     planner.remove_source(r.source)  # the holder is gone: its chunks return
                     planner.failed(r.chunk, r.source)
                 elif isinstance(err, TensorHubError | OSError):
+                    trouble["stale hint"] += 1
                     planner.failed(r.chunk, r.source)  # a stale hint: back off, ask others
                 else:
                     raise err
@@ -155,6 +163,19 @@ async def swarm_fetch(
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
     t2 = time.perf_counter()
+    if t2 - t0 > 1.0:
+        log.warning(
+            "%s: fetch of %s v%d took %.1fs (manifest %.1fs; failed requests: %s; "
+            "WAN requests %d; sources %s)",
+            node.name,
+            model,
+            version,
+            t2 - t0,
+            t1 - t0,
+            dict(trouble) or "none",
+            planner.wan_requests,
+            sorted((s.tier, n) for n, s in planner.sources.items()),
+        )
     return FetchResult(
         model, version, manifest, manifest.total_bytes, manifest.num_chunks, t2 - t0, t1 - t0
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import queue
 import socket
 import tempfile
 import time
@@ -70,7 +71,13 @@ def trainer_main(
         )
         out.put({"event": "up", "who": "trainer"})
         for v in range(1, versions + 1):
-            loss = sum(train_step(model, opt, synthetic_batch(model.cfg, g)) for _ in range(steps))
+            # Compute runs off the event loop, so the Hub keeps serving, voting and gossiping
+            # while the trainer trains (torch releases the GIL in its kernels).
+            loss = await asyncio.to_thread(
+                lambda: sum(
+                    train_step(model, opt, synthetic_batch(model.cfg, g)) for _ in range(steps)
+                )
+            )
             weights = rollout_weights(model)
             t0 = time.perf_counter()
             pub = await hub.publish(MODEL, v, weights, chunk_size=CHUNK)
@@ -120,17 +127,10 @@ def rollout_main(
         into: dict[str, torch.Tensor] | None = None
         async for v in hub.watch(MODEL, poll=0.05):
             if into is None:  # register once, transfer many: reused every version
-                roots = await hub.registry.version(MODEL, v)
-                assert roots is not None
-                peer_holders, _ = hub._holders(f"{MODEL}@0", v)
-                while not peer_holders:
-                    await asyncio.sleep(0.02)
-                    peer_holders, _ = hub._holders(f"{MODEL}@0", v)
-                p = await hub.node.peer(peer_holders[0].addr)
-                into = empty_like_manifest(await p.get_manifest(f"{MODEL}@0", v, roots[0]))
+                into = empty_like_manifest(await hub.manifest(MODEL, v))
             res = await hub.fetch(MODEL, v, into)
             load_rollout_weights(model, into)
-            sample = model.generate(prompt, 6)[0, 4:].tolist()
+            sample = (await asyncio.to_thread(model.generate, prompt, 6))[0, 4:].tolist()
             out.put(
                 {
                     "event": "fetched",
@@ -175,12 +175,18 @@ def main(versions: int = 3, steps: int = 20) -> int:
     )
     procs = [
         ctx.Process(
-            target=trainer_main, args=(seeds, data, secret, versions, steps, out), daemon=True
+            target=trainer_main,
+            args=(seeds, data, secret, versions, steps, out),
+            daemon=True,
+            name="trainer",
         )
     ]
     procs += [
         ctx.Process(
-            target=rollout_main, args=(n, loc, seeds, data, secret, versions, out), daemon=True
+            target=rollout_main,
+            args=(n, loc, seeds, data, secret, versions, out),
+            daemon=True,
+            name=n,
         )
         for n, loc in ROLLOUTS
     ]
@@ -192,8 +198,17 @@ def main(versions: int = 3, steps: int = 20) -> int:
     failures = 0
     t0 = time.perf_counter()
     try:
+        deadline = time.monotonic() + 240
         while len(served) < len(procs):
-            ev = out.get(timeout=240)
+            try:
+                ev = out.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p.name for p in procs if p.exitcode is not None]
+                if dead or time.monotonic() > deadline:
+                    why = f"exited: {', '.join(dead)}" if dead else "timed out"
+                    console.print(f"[red]demo failed[/]: {why}")
+                    return 1
+                continue
             if ev["event"] == "published":
                 pubs[ev["version"]] = ev
                 console.print(
