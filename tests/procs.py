@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from tensorhub.io.tcp import free_ports
+
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+__all__ = ["ROOT", "free_ports", "kill", "spawn"]
 
 
 def spawn(args: list[str], secret: str) -> tuple[subprocess.Popen[str], list[str]]:

@@ -14,7 +14,6 @@ import asyncio
 import multiprocessing as mp
 import os
 import queue
-import socket
 import tempfile
 import time
 from typing import Any
@@ -26,6 +25,7 @@ from rich.table import Table
 from ..core.digest import digest
 from ..hub import Hub
 from ..io.loop import run
+from ..io.tcp import free_ports
 from ..io.tensors import byte_view, empty_like_manifest
 from .model import TinyLM, load_rollout_weights, rollout_weights, synthetic_batch, train_step
 
@@ -151,19 +151,9 @@ def rollout_main(
     run(main())
 
 
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def main(versions: int = 3, steps: int = 20) -> int:
     secret = os.environ.get("TENSORHUB_SECRET") or os.urandom(16).hex()
-    seeds = [f"127.0.0.1:{p}" for p in _ports(3)]
+    seeds = [f"127.0.0.1:{p}" for p in free_ports(3)]
     data = tempfile.mkdtemp(prefix="tensorhub-demo-")
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

@@ -53,6 +53,19 @@ class Handler(Protocol):
         """The connection closed (``exc`` says why, None for a clean close)."""
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` ports free on ``host`` now, for a local cluster whose addresses must be known
+    before it starts (the voter set). Another process could take one in between."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def parse_address(addr: str) -> tuple[str, int]:
     """``"host:port"`` (or ``"[v6]:port"``) → (host, port), with a clear error."""
     host, sep, port = addr.rpartition(":")
