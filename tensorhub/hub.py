@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ from .io.raft_storage import RaftStorage
 from .node import Node
 from .raft_driver import RaftNode
 from .registry_client import RegistryClient
-from .swarm import Holder, NoManifest, swarm_fetch
+from .swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 
 T = TypeVar("T")
 ROLE_KEY = "role"
@@ -221,6 +221,36 @@ class Hub:
                 fetchers.append(addr)
         return out, fetchers
 
+    async def _committed_root(self, model: str, version: int, shard: int) -> bytes:
+        roots = await self.registry.version(model, version)
+        if roots is None:
+            raise UnknownVersion(f"{model} v{version} is not committed")
+        if not 0 <= shard < len(roots):
+            raise UnknownVersion(f"{model} v{version} has {len(roots)} shard(s), not {shard}")
+        return roots[shard]
+
+    async def _from_holders(
+        self,
+        dp: str,
+        version: int,
+        timeout: float,
+        attempt: Callable[[list[Holder], float], Awaitable[T]],
+    ) -> T:
+        """Run ``attempt(holders, seconds_left)`` on the holders gossip knows, again with
+        fresher gossip whenever every hint was stale, until ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            holders, _ = self._holders(dp, version)
+            if holders:
+                try:
+                    return await attempt(holders, max(deadline - loop.time(), 0.1))
+                except NoManifest:
+                    pass  # every hint was stale: wait for gossip to tell us more
+            if loop.time() > deadline:
+                raise NoHolder(f"no live node holds {dp} v{version}")
+            await asyncio.sleep(0.05)
+
     async def fetch(
         self,
         model: str,
@@ -232,14 +262,8 @@ class Hub:
     ) -> FetchResult:
         """Fetch a committed version into ``into`` (same names, dtypes and shapes), every
         byte verified; then this node holds it and serves it."""
-        roots = await self.registry.version(model, version)
-        if roots is None:
-            raise UnknownVersion(f"{model} v{version} is not committed")
-        if not 0 <= shard < len(roots):
-            raise UnknownVersion(f"{model} v{version} has {len(roots)} shard(s), not {shard}")
+        root = await self._committed_root(model, version, shard)
         dp = _dp(model, shard)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
 
         def progress(replica: Any, chunk: int) -> None:
             # Advertise the replica at once, then about 64 times per fetch, then when whole:
@@ -250,52 +274,38 @@ class Hub:
             if chunk < 0 or held % step == 0 or held == n:
                 self.gossip.advertise(dp, version, replica.have)
 
-        while True:
-            holders, _ = self._holders(dp, version)
-            if holders:
-                try:
-                    return await asyncio.wait_for(
-                        swarm_fetch(
-                            self.node,
-                            dp,
-                            version,
-                            into,
-                            holders,
-                            expected_root=roots[shard],
-                            on_chunk=progress,
-                            refresh=lambda: self._holders(dp, version),
-                        ),
-                        max(deadline - loop.time(), 0.1),
-                    )
-                except NoManifest:
-                    pass  # every hint was stale: wait for gossip to tell us more
-                except BaseException:
-                    self.gossip.withdraw(dp, version)
-                    raise
-            if loop.time() > deadline:
-                raise NoHolder(f"no live node holds {model} v{version} shard {shard}")
-            await asyncio.sleep(0.05)
+        async def attempt(holders: list[Holder], left: float) -> FetchResult:
+            return await asyncio.wait_for(
+                swarm_fetch(
+                    self.node,
+                    dp,
+                    version,
+                    into,
+                    holders,
+                    expected_root=root,
+                    on_chunk=progress,
+                    refresh=lambda: self._holders(dp, version),
+                ),
+                left,
+            )
+
+        try:
+            return await self._from_holders(dp, version, timeout, attempt)
+        except BaseException:
+            self.gossip.withdraw(dp, version)
+            raise
 
     async def manifest(
         self, model: str, version: int, *, shard: int = 0, timeout: float = 60.0
     ) -> Manifest:
         """The committed manifest of a version, from any holder (to allocate buffers once)."""
-        roots = await self.registry.version(model, version)
-        if roots is None or not 0 <= shard < len(roots):
-            raise UnknownVersion(f"{model} v{version} shard {shard} is not committed")
+        root = await self._committed_root(model, version, shard)
         dp = _dp(model, shard)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            for h in sorted(self._holders(dp, version)[0], key=lambda h: h.tier):
-                try:
-                    peer = await self.node.peer(h.addr)
-                    return await peer.get_manifest(dp, version, roots[shard])
-                except (TensorHubError, OSError):
-                    continue  # a stale hint: try the next holder
-            if loop.time() > deadline:
-                raise NoHolder(f"no live node gave the manifest of {model} v{version}")
-            await asyncio.sleep(0.05)
+
+        async def attempt(holders: list[Holder], _left: float) -> Manifest:
+            return await fetch_manifest(self.node, holders, dp, version, root)
+
+        return await self._from_holders(dp, version, timeout, attempt)
 
     async def retain(self, model: str, version: int) -> None:
         """Keep (model, version) readable until :meth:`release` (it cannot be retired)."""

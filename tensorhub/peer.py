@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .core.digest import digest_parts
-from .core.errors import ChecksumMismatch, ProtocolError, TransferError
+from .core.errors import ChecksumMismatch, ProtocolError, RemoteError, TransferError
 from .core.manifest import Manifest
 from .core.messages import ChunkData, Error, GetChunk, GetManifest, ManifestData, Message
 from .io.tcp import Connection
@@ -101,7 +101,7 @@ class PeerHandler:
                 return None
             req = self._pending.pop(msg.req, None)
             if req is not None and not req.fut.done():
-                req.fut.set_exception(TransferError(f"{conn.peer}: {msg.code}: {msg.message}"))
+                req.fut.set_exception(RemoteError(conn.peer, msg.code, msg.message))
             return None
         raise ProtocolError(f"unexpected {type(msg).__name__} on this connection")
 

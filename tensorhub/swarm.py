@@ -26,7 +26,13 @@ from dataclasses import dataclass
 import torch
 
 from .core.digest import digest
-from .core.errors import ChecksumMismatch, ManifestError, TensorHubError, TransferError
+from .core.errors import (
+    ChecksumMismatch,
+    ManifestError,
+    RemoteError,
+    TensorHubError,
+    TransferError,
+)
 from .core.manifest import Manifest
 from .core.swarm import ChunkPlanner, PlannerConfig, Request
 from .fetch import FetchResult
@@ -54,7 +60,7 @@ class Holder:
     chunks: Iterable[int] | None = None
 
 
-async def _manifest(
+async def fetch_manifest(
     node: Node, holders: list[Holder], model: str, version: int, expected_root: bytes | None
 ) -> Manifest:
     errors = []
@@ -92,7 +98,7 @@ async def swarm_fetch(
     local = _held(node, model, version)
     if local is not None:
         return _copy_local(local, model, version, into, expected_root, t0)
-    manifest = await _manifest(node, holders, model, version, expected_root)
+    manifest = await fetch_manifest(node, holders, model, version, expected_root)
     t1 = time.perf_counter()
     replica = Replica(model, version, manifest, TensorBytes.for_destination(manifest, into))
     node.store.add(replica)  # partial: serves each chunk once verified
@@ -105,11 +111,14 @@ async def swarm_fetch(
             chunks = range(manifest.num_chunks) if h.chunks is None else h.chunks
             planner.set_source(h.addr, h.tier, chunks)
 
+    def resync() -> None:
+        if refresh is not None:
+            hs, fetchers = refresh()
+            use(hs)
+            planner.set_dc_fetchers(fetchers)
+
     use(holders)
-    if refresh is not None:
-        hs, fetchers = refresh()
-        use(hs)
-        planner.set_dc_fetchers(fetchers)
+    resync()
     running: dict[asyncio.Task[None], Request] = {}
     last_progress = time.monotonic()
     trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
@@ -128,10 +137,8 @@ async def swarm_fetch(
                 continue
             done, _ = await asyncio.wait(running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
             planner.tick()
-            if refresh is not None and planner.now % refresh_ticks == 0:
-                hs, fetchers = refresh()
-                use(hs)
-                planner.set_dc_fetchers(fetchers)
+            if planner.now % refresh_ticks == 0:
+                resync()
             for task in done:
                 r = running.pop(task)
                 err = task.exception()
@@ -143,17 +150,14 @@ async def swarm_fetch(
                 elif isinstance(err, ChecksumMismatch):
                     trouble["corrupt"] += 1
                     planner.failed(r.chunk, r.source, corrupt=True)
-                elif (
-                    isinstance(err, TransferError)
-                    and "no_chunk" not in str(err)
-                    and "unknown_version" not in str(err)
-                ):
+                elif isinstance(err, TransferError) and not isinstance(err, RemoteError):
                     trouble["holder lost"] += 1
                     planner.remove_source(r.source)  # the holder is gone: its chunks return
                     planner.failed(r.chunk, r.source)
                 elif isinstance(err, TensorHubError | OSError):
+                    # RemoteError: alive but lacks it (a stale hint). Back off, ask others.
                     trouble["stale hint"] += 1
-                    planner.failed(r.chunk, r.source)  # a stale hint: back off, ask others
+                    planner.failed(r.chunk, r.source)
                 else:
                     raise err
         replica.data.finalize()

@@ -9,7 +9,12 @@ from collections.abc import AsyncIterator
 import pytest
 import torch
 
-from tensorhub.core.errors import AuthenticationError, ChecksumMismatch, TransferError
+from tensorhub.core.errors import (
+    AuthenticationError,
+    ChecksumMismatch,
+    RemoteError,
+    TransferError,
+)
 from tensorhub.core.messages import GetChunk
 from tensorhub.core.wire import encode_header
 from tensorhub.io import tcp
@@ -117,8 +122,9 @@ async def test_unknown_version_is_a_clear_error() -> None:
         with pytest.raises(TransferError, match=r"unknown_version: m v2 is not held"):
             await b.fetch(a.address, "m", 2, {"x": torch.zeros(3)})
         peer = await b.peer(a.address)
-        with pytest.raises(TransferError, match="unknown_version"):
+        with pytest.raises(RemoteError, match="unknown_version") as info:
             await peer.get_manifest("other", 1)
+        assert info.value.code == "unknown_version"  # the peer is alive; it lacks the version
 
 
 async def test_peer_vanishing_mid_transfer_fails_the_fetch_cleanly() -> None:

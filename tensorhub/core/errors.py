@@ -32,3 +32,12 @@ class NoQuorum(TensorHubError):
 
 class TransferError(TensorHubError):
     """A transfer could not complete: the peer vanished, refused or timed out."""
+
+
+class RemoteError(TransferError):
+    """The peer answered a request with an error; ``code`` says which (e.g. "no_chunk",
+    "unknown_version"): the peer is alive, it just does not have what was asked."""
+
+    def __init__(self, peer: str | None, code: str, message: str) -> None:
+        super().__init__(f"{peer}: {code}: {message}")
+        self.code = code
