@@ -8,6 +8,7 @@ marked held only after its digest matched (so it is never served or advertised b
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .core.errors import TensorHubError
@@ -87,7 +88,7 @@ class LocalStore:
         del self._replicas[(model, version)]
         return r
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Replica]:
         return iter(list(self._replicas.values()))
 
     def __len__(self) -> int:

@@ -12,16 +12,11 @@ import sys
 
 import torch
 
-from tensorhub.core.digest import digest
 from tensorhub.io.loop import run
-from tensorhub.io.tensors import byte_view
+from tensorhub.io.tensors import tensor_digests
 from tensorhub.node import Node
 
 from .models import every_dtype
-
-
-def tensor_digests(sd: dict[str, torch.Tensor]) -> dict[str, str]:
-    return {k: digest(byte_view(t.contiguous())).hex() for k, t in sd.items()}
 
 
 async def main(mib: int, secret: str) -> None:

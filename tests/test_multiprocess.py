@@ -15,10 +15,8 @@ from typing import Any
 import pytest
 
 from tensorhub.core.errors import TransferError
-from tensorhub.io.tensors import empty_like_manifest
+from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 from tensorhub.node import Node
-
-from .serve_proc import tensor_digests
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,11 +22,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from ..core.digest import digest
 from ..hub import Hub
 from ..io.loop import run
 from ..io.tcp import free_ports
-from ..io.tensors import byte_view, empty_like_manifest
+from ..io.tensors import empty_like_manifest, tensor_digests
 from .model import TinyLM, load_rollout_weights, rollout_weights, synthetic_batch, train_step
 
 MODEL = "policy"
@@ -40,10 +39,6 @@ ROLLOUTS = [
     ("rollout-b3", "dc2/rack2/b3"),
 ]
 VOTER_ROLLOUTS = {"rollout-a1", "rollout-b1"}
-
-
-def _digests(sd: dict[str, torch.Tensor]) -> dict[str, str]:
-    return {k: digest(byte_view(t.contiguous())).hex() for k, t in sd.items()}
 
 
 def _served(hub: Hub) -> int:
@@ -95,7 +90,7 @@ def trainer_main(
                     "chunks": pub.manifest.num_chunks,
                     "commit_s": t1 - t0,
                     "stall_s": t2 - t0,
-                    "digests": _digests(weights),
+                    "digests": tensor_digests(weights),
                 }
             )
         out.put({"event": "served", "who": "trainer", "bytes": _served(hub)})
@@ -138,7 +133,7 @@ def rollout_main(
                     "dc": locality.split("/", maxsplit=1)[0],
                     "version": v,
                     "fetch_s": res.seconds,
-                    "digests": _digests(into),
+                    "digests": tensor_digests(into),
                     "sample": sample,
                 }
             )

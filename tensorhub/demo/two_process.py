@@ -21,9 +21,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from ..core.digest import digest
 from ..io.loop import run
-from ..io.tensors import byte_view, empty_like_manifest
+from ..io.tensors import empty_like_manifest, tensor_digests
 from ..node import Node
 from .model import (
     TinyLM,
@@ -35,10 +34,6 @@ from .model import (
 )
 
 MODEL = "policy"
-
-
-def _digests(sd: dict[str, torch.Tensor]) -> dict[str, str]:
-    return {k: digest(byte_view(t.contiguous())).hex() for k, t in sd.items()}
 
 
 def trainer_main(versions: int, steps: int, secret: str, out: Any, ctl: Any) -> None:
@@ -70,7 +65,7 @@ def trainer_main(versions: int, steps: int, secret: str, out: Any, ctl: Any) -> 
                     "bytes": manifest.total_bytes,
                     "chunks": manifest.num_chunks,
                     "tensors": len(manifest.tensors),
-                    "digests": _digests(weights),
+                    "digests": tensor_digests(weights),
                 }
             )
             # Wait until the rollout has the version, then withdraw it: from here on the
@@ -110,7 +105,7 @@ def rollout_main(secret: str, inbox: Any, out: Any) -> None:
                     "version": msg["version"],
                     "fetch_s": r.seconds,
                     "gbps": r.gbps,
-                    "digests": _digests(into),
+                    "digests": tensor_digests(into),
                     "sample": sample,
                     "infer_s": time.perf_counter() - t0,
                 }

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.digest import digest_parts
+from ..core.digest import digest, digest_parts
 from ..core.dtypes import ITEMSIZE
 from ..core.errors import ManifestError
 from ..core.layout import (
@@ -212,3 +212,8 @@ def empty_like_manifest(manifest: Manifest) -> dict[str, torch.Tensor]:
             t.reshape(-1).view(torch.uint8).zero_()
             out[spec.name] = t
     return out
+
+
+def tensor_digests(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """xxh3-128 (hex) of each tensor's bytes: compare two state_dicts across processes."""
+    return {k: digest(byte_view(t.contiguous())).hex() for k, t in tensors.items()}
