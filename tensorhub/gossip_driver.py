@@ -119,9 +119,11 @@ class GossipNode:
 
     # -- holder advertisements -----------------------------------------------------------------
 
-    def advertise(self, model: str, version: int, have: bytes | bytearray) -> None:
+    def advertise(
+        self, model: str, version: int, have: bytes | bytearray, *, origin: bool = False
+    ) -> None:
         """Tell the cluster which chunks of (model, version) we hold, verified."""
-        self.core.set_local(hold_key(model, version), encode_holding(Holding.of(have)))
+        self.core.set_local(hold_key(model, version), encode_holding(Holding.of(have, origin)))
 
     def withdraw(self, model: str, version: int) -> None:
         self.core.delete_local(hold_key(model, version))

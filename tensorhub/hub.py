@@ -16,6 +16,7 @@ with ``voter=False`` and ``seeds`` naming any reachable nodes, and finds the vot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
@@ -40,6 +41,8 @@ from .swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 
 T = TypeVar("T")
 ROLE_KEY = "role"
+SUPER_SEED_AFTER = 1.0
+"""Seconds a published chunk's requests are refused (redirected) before it is sent again."""
 
 
 class UnknownVersion(TensorHubError):
@@ -60,6 +63,10 @@ class Published:
     committed: bool  # this shard completed the version
 
 
+def _dc(locality: str) -> str:
+    return locality.split("/", 1)[0]
+
+
 def _dp(model: str, shard: int) -> str:
     """The data-plane name of one shard of a model."""
     return f"{model}@{shard}"
@@ -74,6 +81,9 @@ class Hub:
         self.raft = raft
         self._seeds = list(seeds)
         self.registry = RegistryClient(node, self._voters)
+        self._kept: set[tuple[str, int, int]] = set()  # CPU copies kept by unpublish
+        self.super_seed_after: float | None = SUPER_SEED_AFTER
+        """Publish as a super-seeding origin (None: serve every request, as a plain holder)."""
 
     @classmethod
     async def start(
@@ -101,6 +111,7 @@ class Hub:
                 raft = RaftNode(node, list(seeds), RaftStorage.open(Path(data_dir) / "raft"))
                 gossip.core.set_local(ROLE_KEY, b"voter")
             hub = cls(node, gossip, raft, seeds)
+            node.seed_context = hub._seed_context
             await gossip.start()
             if raft is not None:
                 await raft.start()
@@ -139,8 +150,10 @@ class Hub:
         """Serve ``tensors`` (no copy: they must not change until :meth:`unpublish`
         returns) and commit them as shard ``shard`` of (model, version)."""
         dp = _dp(model, shard)
-        manifest = self.node.serve(dp, version, tensors, chunk_size=chunk_size)
-        self.gossip.advertise(dp, version, b"\1" * manifest.num_chunks)
+        manifest = self.node.serve(
+            dp, version, tensors, chunk_size=chunk_size, super_seed=self.super_seed_after
+        )
+        self.gossip.advertise(dp, version, b"\1" * manifest.num_chunks, origin=True)
         cmd = PublishShard(
             model, version, shard, num_shards, manifest.root, self.node.name, manifest.total_bytes
         )
@@ -153,6 +166,8 @@ class Hub:
         if not res.ok:
             await self._withdraw(dp, version)
             raise PublishRejected(f"{model} v{version} shard {shard}: {res.code}: {res.message}")
+        if res.committed and self._kept:
+            await self._drop_kept(model)
         return Published(manifest, res.committed)
 
     async def wait_replicated(
@@ -183,9 +198,54 @@ class Hub:
                 raise NoHolder(f"fewer than {copies} copies of {model} v{version} after {timeout}s")
             await asyncio.sleep(poll)
 
-    async def unpublish(self, model: str, version: int, *, shard: int = 0) -> None:
-        """Stop serving; returns once no upload reads the buffers (they may change then)."""
-        await self._withdraw(_dp(model, shard), version)
+    async def unpublish(
+        self, model: str, version: int, *, shard: int = 0, keep_copy: bool = True
+    ) -> bool:
+        """Stop serving the caller's buffers; returns once no upload reads them any more
+        (they may change then).
+
+        If this node is the last complete holder of the latest or a retained version, the
+        version must stay readable: with ``keep_copy`` this node goes on serving it from a
+        CPU copy (returns True); without, it withdraws and the version is unavailable until
+        it is published again — fetches fail with :class:`NoHolder`, never a wrong byte."""
+        dp = _dp(model, shard)
+        if keep_copy and await self._must_keep(model, version, dp):
+            try:
+                await self.node.keep_copy(dp, version)
+            except BaseException:
+                await self._withdraw(dp, version)  # it changed under us: serve nothing wrong
+                raise
+            self._kept.add((model, version, shard))
+            return True
+        await self._withdraw(dp, version)
+        return False
+
+    async def _drop_kept(self, model: str) -> None:
+        """Let go of CPU copies of ``model`` no longer needed (superseded, not retained)."""
+        for m, v, shard in sorted(self._kept):
+            if m != model:
+                continue
+            with contextlib.suppress(TensorHubError):
+                if await self.registry.latest(model) > v and not await self.registry.retained(
+                    model, v
+                ):
+                    self._kept.discard((m, v, shard))
+                    await self._withdraw(_dp(m, shard), v)
+
+    async def _must_keep(self, model: str, version: int, dp: str) -> bool:
+        core = self.gossip.core
+        others = any(
+            h.complete and n != core.name and core.locality_of(n) is not None
+            for n, h in core.holders.holders(dp, version).items()
+        )
+        if others:
+            return False
+        try:
+            return await self.registry.latest(model) == version or await self.registry.retained(
+                model, version
+            )
+        except TensorHubError:
+            return True  # cannot tell (no quorum): err on the side of keeping it readable
 
     async def _withdraw(self, dp: str, version: int) -> None:
         self.gossip.withdraw(dp, version)
@@ -207,19 +267,52 @@ class Hub:
                 yield v
             await asyncio.sleep(poll)
 
-    def _holders(self, dp: str, version: int) -> tuple[list[Holder], list[str]]:
+    def _holders(self, dp: str, version: int) -> tuple[list[Holder], list[str], list[str]]:
+        """Holder hints, nearest first; our datacenter's fetchers of this version; and its
+        other live members (by address)."""
         core = self.gossip.core
         me = core.me.locality
-        my_dc = me.split("/")[0]
+        my_dc = _dc(me)
         out, fetchers = [], [self.address]
+        members = [
+            a
+            for n in core.alive()
+            if (loc := core.locality_of(n)) is not None
+            and _dc(loc) == my_dc
+            and (a := core.addr_of(n)) is not None
+        ]
         for name, h in core.holders.holders(dp, version).items():
             addr, loc = core.addr_of(name), core.locality_of(name)
             if addr is None or loc is None or addr == self.address:
                 continue
-            out.append(Holder(addr, tier(me, loc), [i for i in range(h.num_chunks) if h.has(i)]))
-            if loc.split("/")[0] == my_dc and not h.complete:
+            chunks = [i for i in range(h.num_chunks) if h.has(i)]
+            out.append(Holder(addr, tier(me, loc), chunks, h.origin))
+            if _dc(loc) == my_dc and not h.complete:
                 fetchers.append(addr)
-        return out, fetchers
+        return out, fetchers, members
+
+    def _locate(self, name: str) -> tuple[str, int] | None:
+        """A node's address and locality tier from us, from gossip (for redirects)."""
+        core = self.gossip.core
+        addr, loc = core.addr_of(name), core.locality_of(name)
+        return None if addr is None or loc is None else (addr, tier(core.me.locality, loc))
+
+    def _seed_context(self, peer: str, replica: Any) -> tuple[bool, bool]:
+        """For super-seeding: is ``peer`` in another datacenter, and does ours have other
+        live members (they carry the version across the WAN instead of us)?
+
+        Members, not known fetchers: fetchers that start together are learnt of by gossip
+        too late. If our members do not fetch, remote requests wait ``super_seed_after``
+        once per chunk, then are served."""
+        core = self.gossip.core
+        my_dc = _dc(core.me.locality)
+        loc = core.locality_of(peer)
+        remote = loc is not None and _dc(loc) != my_dc
+        local = remote and any(
+            n != core.name and (where := core.locality_of(n)) is not None and _dc(where) == my_dc
+            for n in core.alive()
+        )
+        return remote, local
 
     async def _committed_root(self, model: str, version: int, shard: int) -> bytes:
         roots = await self.registry.version(model, version)
@@ -241,7 +334,7 @@ class Hub:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            holders, _ = self._holders(dp, version)
+            holders = self._holders(dp, version)[0]
             if holders:
                 try:
                     return await attempt(holders, max(deadline - loop.time(), 0.1))
@@ -285,6 +378,7 @@ class Hub:
                     expected_root=root,
                     on_chunk=progress,
                     refresh=lambda: self._holders(dp, version),
+                    locate=self._locate,
                 ),
                 left,
             )
@@ -313,6 +407,8 @@ class Hub:
 
     async def release(self, model: str, version: int) -> None:
         await self._retention(Release(model, version, self.node.name), "release")
+        if self._kept:
+            await self._drop_kept(model)
 
     async def _retention(self, cmd: Retain | Release, op: str) -> None:
         res = await self.registry.propose(f"{self.node.name}/{op}/{cmd.model}/{cmd.version}", cmd)
@@ -352,8 +448,8 @@ class SyncHub:
     ) -> Published:
         return self._call(self.hub.publish(model, version, tensors, **kw))
 
-    def unpublish(self, model: str, version: int, **kw: Any) -> None:
-        self._call(self.hub.unpublish(model, version, **kw))
+    def unpublish(self, model: str, version: int, **kw: Any) -> bool:
+        return self._call(self.hub.unpublish(model, version, **kw))
 
     def latest(self, model: str) -> int:
         return self._call(self.hub.latest(model))

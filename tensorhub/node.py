@@ -13,14 +13,18 @@ from collections.abc import Mapping
 
 import torch
 
+from .core.digest import digest_parts
+from .core.errors import ChecksumMismatch
 from .core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.messages import Message
+from .core.swarm import SuperSeeder
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
 from .io import tcp
-from .io.tensors import TensorBytes, build_manifest
-from .peer import ControlHandler, PeerHandler
+from .io.tensors import TensorBytes, build_manifest, empty_like_manifest
+from .peer import ControlHandler, PeerHandler, SeedContext
 from .store import LocalStore, Replica
+from .uploads import Uploads
 
 
 def resolve_secret(secret: bytes | str | None) -> bytes:
@@ -41,10 +45,13 @@ class Node:
         self.store = LocalStore()
         self._server: tcp.Server | None = None
         self._peers: dict[str, PeerHandler] = {}
-        self._dialing: dict[str, asyncio.Future[PeerHandler]] = {}
+        self._dialing: dict[str, asyncio.Task[PeerHandler]] = {}
         self.handlers: set[PeerHandler] = set()
         self.control: dict[type[Message], ControlHandler] = {}
         """Handlers for control-plane messages (Raft, registry requests), by type."""
+        self.uploads = Uploads()
+        self.seed_context: SeedContext | None = None
+        """Where requesters are, for super-seeding (set by the layer that knows: the Hub)."""
 
     @classmethod
     async def start(
@@ -62,7 +69,15 @@ class Node:
         return self._server.address
 
     def _handler(self, conn: tcp.Connection) -> PeerHandler:
-        h = PeerHandler(conn, self.store, self.control)
+        h = PeerHandler(
+            conn,
+            self.store,
+            self.control,
+            self.uploads,
+            lambda peer, replica: (
+                self.seed_context(peer, replica) if self.seed_context else (False, False)
+            ),
+        )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))
         return h
@@ -73,25 +88,21 @@ class Node:
         if h is not None and not h.conn.is_closing:
             return h
         pending = self._dialing.get(addr)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[PeerHandler] = asyncio.get_running_loop().create_future()
-        self._dialing[addr] = fut
-        try:
-            conn = await tcp.connect(
-                addr, node=self.name, secret=self._secret, handler_factory=self._handler
-            )
-            handler = conn.handler
-            assert isinstance(handler, PeerHandler)
-            self._peers[addr] = handler
-            fut.set_result(handler)
-            return handler
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
-            del self._dialing[addr]
+        if pending is None:
+            # The dial is its own task: a requester that gives up does not cancel it for
+            # the others waiting on the same connection.
+            pending = self._dialing[addr] = asyncio.ensure_future(self._dial(addr))
+            pending.add_done_callback(lambda _f: self._dialing.pop(addr, None))
+        return await asyncio.shield(pending)
+
+    async def _dial(self, addr: str) -> PeerHandler:
+        conn = await tcp.connect(
+            addr, node=self.name, secret=self._secret, handler_factory=self._handler
+        )
+        handler = conn.handler
+        assert isinstance(handler, PeerHandler)
+        self._peers[addr] = handler
+        return handler
 
     def serve(
         self,
@@ -101,15 +112,51 @@ class Node:
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         align: int = DEFAULT_ALIGN,
+        super_seed: float | None = None,
     ) -> Manifest:
         """Hold ``tensors`` as (model, version) and serve them (no copy is made of
-        contiguous tensors: they must not change until :meth:`withdraw` returns)."""
+        contiguous tensors: they must not change until :meth:`withdraw` returns).
+
+        ``super_seed``: serve as the origin, each chunk once before any twice (a chunk is
+        sent again only after its requests were refused for this many seconds)."""
         data = TensorBytes.from_state_dict(tensors, chunk_size, align)
         manifest = build_manifest(data)
         replica = Replica(model, version, manifest, data)
+        if super_seed is not None:
+            replica.seeder = SuperSeeder(manifest.num_chunks, super_seed)
         replica.have[:] = b"\x01" * manifest.num_chunks
         self.store.add(replica)
         return manifest
+
+    async def keep_copy(self, model: str, version: int) -> None:
+        """Go on serving (model, version) from a private CPU copy instead of the caller's
+        tensors; returns once no upload reads the caller's memory any more.
+
+        The copy is verified chunk by chunk against the manifest, so a publisher that broke
+        the mutability contract is caught here instead of serving wrong bytes."""
+        old = self.store.get(model, version)
+        m = old.manifest
+        data = TensorBytes.for_destination(m, empty_like_manifest(m))
+
+        def copy() -> None:
+            for i in range(m.num_chunks):
+                src = old.data.read_parts(i)
+                if digest_parts(src) != m.digests[i]:
+                    raise ChecksumMismatch(
+                        f"{model} v{version} chunk {i} changed while published "
+                        "(the buffer must not change until unpublish returns)"
+                    )
+                flat = b"".join(bytes(p) for p in src)
+                pos = 0
+                for part in data.write_parts(i):
+                    part[:] = flat[pos : pos + len(part)]
+                    pos += len(part)
+
+        await asyncio.to_thread(copy)
+        data.finalize()
+        new = Replica(model, version, m, data, bytearray(old.have), seeder=old.seeder)
+        self.store.replace(new)
+        await old.drained()
 
     async def withdraw(self, model: str, version: int) -> None:
         """Stop serving (model, version); returns once no upload reads its memory."""

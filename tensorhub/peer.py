@@ -17,16 +17,29 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .core.digest import digest_parts
-from .core.errors import ChecksumMismatch, ProtocolError, RemoteError, TransferError
+from .core.errors import ChecksumMismatch, ProtocolError, Refused, RemoteError, TransferError
 from .core.manifest import Manifest
-from .core.messages import ChunkData, Error, GetChunk, GetManifest, ManifestData, Message
+from .core.messages import (
+    ChunkData,
+    Error,
+    GetChunk,
+    GetManifest,
+    ManifestData,
+    Message,
+    Redirect,
+)
 from .io.tcp import Connection
 from .store import LocalStore, Replica, UnknownVersion
+from .uploads import Grant, Uploads
 
 log = logging.getLogger(__name__)
 
 ControlHandler = Callable[["PeerHandler", Message], None]
 """Receives a control-plane message (Raft, registry, gossip) that arrived on a connection."""
+
+SeedContext = Callable[[str, Replica], tuple[bool, bool]]
+"""For a super-seeding origin: (requesting node, replica) → (the requester is in another
+datacenter, other nodes of ours are fetching this version)."""
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
@@ -39,6 +52,7 @@ class _Request:
     replica: Replica | None = None
     parts: list[memoryview] = field(default_factory=list)
     expected_root: bytes | None = None
+    abandoned: bool = False  # its reply is read and dropped; its memory is not touched
 
 
 @dataclass
@@ -46,6 +60,7 @@ class _Reply:
     msg: Message
     replica: Replica | None = None
     chunk: int = -1
+    grant: Grant | None = None
 
 
 class PeerHandler:
@@ -56,10 +71,16 @@ class PeerHandler:
         conn: Connection,
         store: LocalStore,
         control: Mapping[type[Message], ControlHandler] | None = None,
+        uploads: Uploads | None = None,
+        seed_context: SeedContext | None = None,
     ) -> None:
         self.conn = conn
         self.store = store
         self._control = control or {}
+        self._uploads = uploads or Uploads()
+        self._seed_context = seed_context
+        self._unflushed: deque[tuple[int, Replica, Grant]] = deque()
+        self._flusher: asyncio.Task[None] | None = None
         self._next_req = 1
         self._pending: dict[int, _Request] = {}
         self._out: deque[_Reply] = deque()
@@ -68,6 +89,7 @@ class PeerHandler:
         self.chunks_served = 0
         self.bytes_served = 0
         self.closed_error: BaseException | None = None
+        self._receiving: int | None = None  # the request whose chunk payload is arriving
 
     # -- Handler interface ---------------------------------------------------------------
 
@@ -90,10 +112,18 @@ class PeerHandler:
                     f"chunk reply req={msg.req} is chunk {msg.chunk} of {payload_len} bytes; "
                     f"asked for chunk {req.chunk} of {sum(len(p) for p in req.parts)}"
                 )
+            if req.abandoned:
+                return None  # read into a throwaway buffer
+            self._receiving = msg.req
             return req.parts
         if isinstance(msg, ManifestData):
             if msg.req not in self._pending:
                 raise ProtocolError(f"unsolicited manifest reply req={msg.req}")
+            return None
+        if isinstance(msg, Redirect):
+            req = self._pending.pop(msg.req, None)
+            if req is not None and not req.fut.done():
+                req.fut.set_exception(Refused(conn.peer, msg.chunk, msg.holders))
             return None
         if isinstance(msg, Error):
             if msg.req is None:
@@ -107,8 +137,9 @@ class PeerHandler:
 
     def on_payload(self, conn: Connection, msg: Message, parts: Sequence[memoryview]) -> None:
         assert isinstance(msg, ChunkData | ManifestData)
+        self._receiving = None
         req = self._pending.pop(msg.req, None)
-        if req is None or req.fut.done():
+        if req is None or req.fut.done() or req.abandoned:
             return
         if isinstance(msg, ChunkData):
             got = digest_parts(parts)
@@ -145,6 +176,8 @@ class PeerHandler:
                 req.fut.exception()  # retrieved by whoever awaits; never "never retrieved"
         self._pending.clear()
         self._wake.set()
+        if self._writer is not None:
+            self._writer.cancel()  # it may be waiting for an upload slot: give it back
 
     # -- serving -------------------------------------------------------------------------
 
@@ -162,53 +195,90 @@ class PeerHandler:
                 self._out.append(_Reply(Error("bad_chunk", f"no chunk {msg.chunk}", msg.req)))
             elif not replica.have[msg.chunk]:
                 self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
+            elif not self._uploads.admit():
+                self._out.append(_Reply(Error("busy", "upload queue full", msg.req)))
             else:
-                replica.begin_upload()
-                self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk))
+                self._queue_chunk(msg, replica)
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         self._wake.set()
 
+    def _queue_chunk(self, msg: GetChunk, replica: Replica) -> None:
+        peer = self.conn.peer or "?"
+        seeder = replica.seeder
+        if seeder is not None:
+            now = asyncio.get_running_loop().time()
+            remote, local_busy = (
+                self._seed_context(peer, replica) if self._seed_context else (False, False)
+            )
+            d = seeder.decide(msg.chunk, peer, now, remote=remote, local_busy=local_busy)
+            if not d.serve:
+                self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))
+                return
+            seeder.sent(msg.chunk, peer, now)
+        replica.begin_upload()
+        grant = self._uploads.request(peer)
+        self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant))
+
     async def _write_loop(self) -> None:
-        unflushed: deque[tuple[int, Replica]] = deque()
         conn = self.conn
         try:
             while not conn.is_closing:
-                while unflushed and unflushed[0][0] <= conn.flushed:
-                    unflushed.popleft()[1].end_upload()
                 if not self._out:
-                    if unflushed:
-                        await conn.wait_flushed(unflushed[-1][0])
-                        continue
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                reply = self._out.popleft()
+                reply = self._out[0]
                 if isinstance(reply.msg, ManifestData):
                     assert reply.replica is not None
                     await conn.send(reply.msg, [reply.replica.manifest.encode()])
                 elif isinstance(reply.msg, ChunkData):
-                    assert reply.replica is not None
-                    try:
-                        parts = reply.replica.data.read_parts(reply.chunk)
-                        await conn.send(reply.msg, parts)
-                    except BaseException:
-                        reply.replica.end_upload()
-                        raise
-                    unflushed.append((conn.bytes_sent, reply.replica))
+                    assert reply.replica is not None and reply.grant is not None
+                    await reply.grant.ready  # an upload slot (fair among requesting peers)
+                    parts = reply.replica.data.read_parts(reply.chunk)
+                    await conn.send(reply.msg, parts)
+                    # Sent, not yet flushed: the flusher ends the upload and frees the slot.
+                    self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
+                    if self._flusher is None:
+                        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+                    n = sum(len(p) for p in parts)
                     self.chunks_served += 1
-                    self.bytes_served += sum(len(p) for p in parts)
+                    self.bytes_served += n
+                    self._uploads.bytes_to[conn.peer or "?"] += n
                 else:
                     await conn.send(reply.msg)
+                self._out.popleft()
         except TransferError:
             pass  # the connection closed under us; on_close tells the other side's waiters
         finally:
-            for _mark, replica in unflushed:
-                replica.end_upload()
             for reply in self._out:
-                if isinstance(reply.msg, ChunkData) and reply.replica is not None:
-                    reply.replica.end_upload()
+                self._drop(reply)
             self._out.clear()
+
+    def _drop(self, reply: _Reply) -> None:
+        """A queued chunk reply that will never be sent: give back what it holds."""
+        if reply.grant is not None and reply.replica is not None:
+            self._uploads.release(reply.grant)
+            reply.replica.end_upload()
+            reply.grant = None
+
+    async def _flush_loop(self) -> None:
+        """End each sent upload once its bytes left our buffers (uvloop sends by reference,
+        so until then the replica's memory is still read) and free its slot."""
+        conn, unflushed = self.conn, self._unflushed
+        try:
+            while unflushed:
+                mark, replica, grant = unflushed[0]
+                await conn.wait_flushed(mark)
+                unflushed.popleft()
+                self._uploads.release(grant)
+                replica.end_upload()
+        finally:
+            for _mark, replica, grant in unflushed:  # closed: nothing more leaves
+                self._uploads.release(grant)
+                replica.end_upload()
+            unflushed.clear()
+            self._flusher = None
 
     # -- fetching ------------------------------------------------------------------------
 
@@ -230,19 +300,49 @@ class PeerHandler:
         assert isinstance(result, Manifest)
         return result
 
-    async def get_chunk(self, replica: Replica, chunk: int) -> None:
-        """Fetch chunk ``chunk`` into ``replica``'s memory and verify it; then it is held."""
-        parts = replica.data.write_parts(chunk)
+    async def get_chunk(
+        self,
+        replica: Replica,
+        chunk: int,
+        *,
+        into: list[memoryview] | None = None,
+        issued: Callable[[PeerHandler, int], None] | None = None,
+    ) -> None:
+        """Fetch chunk ``chunk`` and verify it: into ``replica``'s memory, then it is held;
+        or into ``into`` (scratch memory: an endgame duplicate), and the caller decides.
+
+        ``issued(self, rid)`` is called as soon as the request exists, so a caller can
+        :meth:`abandon` it synchronously (a task cancellation lands too late for that)."""
+        parts = replica.data.write_parts(chunk) if into is None else into
         rid, req = self._new_request(chunk=chunk, replica=replica, parts=parts)
-        # If we are cancelled, the request stays registered: its reply is still received
-        # (into the same memory) and dropped, so the connection stays in sync.
-        await self.conn.send(GetChunk(rid, replica.model, replica.version, chunk))
-        await req.fut
-        replica.mark(chunk)
+        if issued is not None:
+            issued(self, rid)
+        try:
+            await self.conn.send(GetChunk(rid, replica.model, replica.version, chunk))
+            await req.fut
+        except asyncio.CancelledError:
+            self.abandon(rid)
+            raise
+        if into is None:
+            replica.mark(chunk)
+
+    def abandon(self, rid: int) -> None:
+        """Give up on request ``rid`` now: from this moment its reply never writes into the
+        memory it was meant for (the rest of a payload in progress goes to scratch), and
+        the reply is still read and dropped, so the connection stays in sync."""
+        req = self._pending.get(rid)
+        if req is None or req.abandoned:
+            return
+        req.abandoned = True
+        if self._receiving == rid:
+            self.conn.divert_payload()
+        if not req.fut.done():
+            req.fut.cancel()
 
     async def aclose(self) -> None:
-        if self._writer is not None:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+        for task in (self._writer, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.conn.aclose()

@@ -239,7 +239,11 @@ class RaftNode:
                     )
                 else:
                     reply = RegistryReply(
-                        r.req, True, value=r.value, data=msgspec.msgpack.encode(list(rec.roots()))
+                        r.req,
+                        True,
+                        "retained" if rec.retained else "",
+                        value=r.value,
+                        data=msgspec.msgpack.encode(list(rec.roots())),
                     )
             elif r.op == "versions":
                 vs = self.registry.committed_versions(r.model)

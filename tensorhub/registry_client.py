@@ -127,6 +127,11 @@ class RegistryClient:
             return None
         return tuple(msgspec.msgpack.decode(reply.data, type=list[bytes]))
 
+    async def retained(self, model: str, version: int, deadline: float = DEFAULT_DEADLINE) -> bool:
+        """Whether a committed version is pinned by someone's retain."""
+        reply = await self.call("version", model, deadline=deadline, value=version)
+        return reply.ok and reply.code == "retained"
+
     async def latest(self, model: str, deadline: float = DEFAULT_DEADLINE) -> int:
         reply = await self.call("latest", model, deadline=deadline)
         return reply.value

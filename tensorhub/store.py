@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .core.errors import TensorHubError
 from .core.manifest import Manifest
+from .core.swarm import SuperSeeder
 from .io.tensors import TensorBytes
 
 
@@ -32,6 +33,7 @@ class Replica:
     have: bytearray = field(default_factory=bytearray)
     uploads: int = 0
     withdrawn: bool = False
+    seeder: SuperSeeder | None = None  # set on an origin's replica: it super-seeds
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -81,6 +83,14 @@ class LocalStore:
         if r is None or r.withdrawn:
             raise UnknownVersion(f"{model} v{version} is not held by this node")
         return r
+
+    def replace(self, replica: Replica) -> Replica:
+        """Serve ``replica`` instead of the one held for its version, atomically (no request
+        sees the version missing); returns the old one, withdrawn."""
+        old = self.get(replica.model, replica.version)
+        old.withdrawn = True
+        self._replicas[(replica.model, replica.version)] = replica
+        return old
 
     def remove(self, model: str, version: int) -> Replica:
         r = self.get(model, version)

@@ -4,13 +4,15 @@ The fetcher's replica joins the local store as soon as the manifest is in, so ev
 it verifies is served onward at once (partial-prefix serving): replication pipelines
 instead of waiting for whole copies. Failures are the planner's inputs: a holder that
 vanishes is dropped and its chunks go back to the pool; a corrupt chunk strikes its source
-(banned after repeated strikes) and is fetched again elsewhere; a holder that answers "no
-such chunk" (a stale hint) is backed off. The fetch ends with every byte verified, or with
-TransferError once no usable holder is left for some chunk.
+(banned after repeated strikes) and is fetched again elsewhere; a holder that lacks a
+chunk (not verified yet, or a stale hint) is asked again later or of others; an origin
+that already sent a chunk out redirects us to the nodes it sent it to. The fetch ends with
+every byte verified, or with TransferError once no usable holder is left for some chunk.
 
-Endgame duplicates are off here (``endgame_copies=0``): a duplicate would need its own
-scratch buffer so that a slower copy can never land in destination memory after the chunk
-was verified; the planner supports them for when that exists.
+Endgame: when every missing chunk is in flight, the last ones are asked of a second
+holder too. A duplicate lands in scratch memory; the first verified copy wins, and the
+others are abandoned *synchronously* (the rest of their payload is diverted to scratch),
+so no late or corrupt copy ever writes into the destination after a chunk was verified.
 """
 
 from __future__ import annotations
@@ -29,21 +31,26 @@ from .core.digest import digest
 from .core.errors import (
     ChecksumMismatch,
     ManifestError,
+    Refused,
     RemoteError,
     TensorHubError,
     TransferError,
 )
 from .core.manifest import Manifest
-from .core.swarm import ChunkPlanner, PlannerConfig, Request
+from .core.swarm import ChunkPlanner, Failure, PlannerConfig, Request
 from .fetch import FetchResult
 from .io.tensors import TensorBytes
 from .node import Node
+from .peer import PeerHandler
 from .store import Replica, UnknownVersion
 
 log = logging.getLogger(__name__)
 
-SWARM_CONFIG = PlannerConfig(endgame_copies=0)
+SWARM_CONFIG = PlannerConfig(endgame_copies=1)
 TICK = 0.01
+
+Locate = Callable[[str], tuple[str, int] | None]
+"""A node name → (its address, its locality tier from us), if known (for redirects)."""
 
 
 class NoManifest(TransferError):
@@ -58,6 +65,7 @@ class Holder:
     addr: str
     tier: int = 2
     chunks: Iterable[int] | None = None
+    origin: bool = False  # the publisher: asked last, it super-seeds
 
 
 async def fetch_manifest(
@@ -86,14 +94,17 @@ async def swarm_fetch(
     on_chunk: Callable[[Replica, int], None] | None = None,
     # called with -1 once the replica exists, then with each chunk as it is verified
     seed: int | None = None,
-    refresh: Callable[[], tuple[list[Holder], list[str]]] | None = None,
+    refresh: Callable[[], tuple[list[Holder], list[str], list[str]]] | None = None,
     refresh_ticks: int = 10,
+    locate: Locate | None = None,
+    request_timeout: float = 10.0,
 ) -> FetchResult:
     """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching.
 
     ``refresh``, if given, is called every ``refresh_ticks`` ticks for the current holder
-    hints and our datacenter's fetchers (the WAN owners), so holders that appear during the
-    fetch — other fetchers' partial replicas — become sources."""
+    hints, our datacenter's fetchers and its other live members (the WAN owners, in that
+    order), so holders that appear during the fetch — other fetchers' partial replicas —
+    become sources."""
     t0 = time.perf_counter()
     local = _held(node, model, version)
     if local is not None:
@@ -109,23 +120,111 @@ async def swarm_fetch(
     def use(hs: Iterable[Holder]) -> None:
         for h in hs:
             chunks = range(manifest.num_chunks) if h.chunks is None else h.chunks
-            planner.set_source(h.addr, h.tier, chunks)
+            planner.set_source(h.addr, h.tier, chunks, origin=h.origin)
 
     def resync() -> None:
         if refresh is not None:
-            hs, fetchers = refresh()
+            hs, fetchers, members = refresh()
             use(hs)
-            planner.set_dc_fetchers(fetchers)
+            planner.set_dc_fetchers(fetchers, members)
 
     use(holders)
     resync()
     running: dict[asyncio.Task[None], Request] = {}
+    tasks: dict[Request, asyncio.Task[None]] = {}
+    calls: dict[Request, tuple[PeerHandler, int]] = {}
+    scratch: dict[Request, list[memoryview]] = {}
+    began: dict[Request, float] = {}
     last_progress = time.monotonic()
     trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
+
+    def start(r: Request) -> None:
+        into = None
+        if r.duplicate:  # an endgame copy: into scratch, copied over only if it wins
+            into = scratch[r] = [memoryview(bytearray(manifest.layout.chunk_len(r.chunk)))]
+
+        def issued(peer: PeerHandler, rid: int) -> None:
+            calls[r] = (peer, rid)
+
+        task = asyncio.ensure_future(_get(node, replica, r, into, issued))
+        running[task] = r
+        tasks[r] = task
+        began[r] = time.monotonic()
+
+    def finish(r: Request) -> None:
+        began.pop(r, None)
+        tasks.pop(r, None)
+        calls.pop(r, None)
+        scratch.pop(r, None)
+
+    def abandon(r: Request) -> None:
+        """Drop a losing copy now: its bytes can no longer reach the destination."""
+        call = calls.get(r)
+        if call is not None:
+            call[0].abandon(call[1])
+        task = tasks.get(r)
+        if task is not None:
+            running.pop(task, None)
+            if task.done():
+                _ = task.cancelled() or task.exception()  # retrieved: it lost the race
+            else:
+                task.cancel()
+        finish(r)
+
+    def won(r: Request) -> None:
+        for loser in planner.received(r.chunk, r.source):
+            abandon(loser)
+        if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over
+            src = scratch[r][0]
+            pos = 0
+            for part in replica.data.write_parts(r.chunk):
+                part[:] = src[pos : pos + len(part)]
+                pos += len(part)
+            replica.mark(r.chunk)
+        finish(r)
+
+    def lost(r: Request, err: BaseException) -> None:
+        finish(r)
+        if isinstance(err, ChecksumMismatch):
+            trouble["corrupt"] += 1
+            planner.failed(r.chunk, r.source, Failure.CORRUPT)
+        elif isinstance(err, Refused):
+            trouble["redirected"] += 1
+            planner.failed(r.chunk, r.source, Failure.REFUSED)
+            for name in err.holders:
+                found = locate(name) if locate is not None else None
+                if found is not None:
+                    planner.add_chunk(found[0], r.chunk, found[1])
+        elif isinstance(err, RemoteError) and err.code == "unknown_version":
+            trouble["withdrawn"] += 1
+            planner.failed(r.chunk, r.source, Failure.GONE)  # let go of it, or not there yet
+        elif isinstance(err, RemoteError):
+            trouble[err.code] += 1  # no_chunk: not verified there yet; busy: slots full
+            why = Failure.REFUSED if err.code == "busy" else Failure.MISSING
+            planner.failed(r.chunk, r.source, why)
+        elif isinstance(err, TransferError | OSError):
+            trouble["holder lost"] += 1
+            planner.remove_source(r.source)  # the holder is gone: its chunks return
+            planner.failed(r.chunk, r.source)
+        elif isinstance(err, TensorHubError):
+            trouble[type(err).__name__] += 1
+            planner.failed(r.chunk, r.source)
+        else:
+            raise err
+
+    t_ticks = time.monotonic()
+
+    def clock() -> None:
+        """Advance the planner's ticks with wall time (TICK each), refreshing hints."""
+        while planner.now < (time.monotonic() - t_ticks) / TICK:
+            planner.tick()
+            if planner.now % refresh_ticks == 0:
+                resync()
+
     try:
         while not planner.done:
             for r in planner.next_requests():
-                running[asyncio.ensure_future(_get(node, replica, r))] = r
+                start(r)
             if not running:
                 if time.monotonic() - last_progress > stall_timeout:
                     raise TransferError(
@@ -133,37 +232,31 @@ async def swarm_fetch(
                         f"{planner.missing()[:8]} (of {len(planner.missing())} missing)"
                     )
                 await asyncio.sleep(TICK)
-                planner.tick()
+                clock()
                 continue
             done, _ = await asyncio.wait(running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
-            planner.tick()
-            if planner.now % refresh_ticks == 0:
-                resync()
+            clock()
+            now = time.monotonic()
+            for r in [r for r, t in began.items() if now - t > request_timeout]:
+                trouble["timed out"] += 1  # alive but not sending (a stalled holder)
+                abandon(r)
+                planner.failed(r.chunk, r.source)
             for task in done:
+                if task not in running:
+                    continue  # abandoned while it completed
                 r = running.pop(task)
-                err = task.exception()
+                err = TransferError("request cancelled") if task.cancelled() else task.exception()
                 if err is None:
-                    planner.received(r.chunk, r.source)
+                    won(r)
                     last_progress = time.monotonic()
                     if on_chunk is not None:
                         on_chunk(replica, r.chunk)
-                elif isinstance(err, ChecksumMismatch):
-                    trouble["corrupt"] += 1
-                    planner.failed(r.chunk, r.source, corrupt=True)
-                elif isinstance(err, TransferError) and not isinstance(err, RemoteError):
-                    trouble["holder lost"] += 1
-                    planner.remove_source(r.source)  # the holder is gone: its chunks return
-                    planner.failed(r.chunk, r.source)
-                elif isinstance(err, TensorHubError | OSError):
-                    # RemoteError: alive but lacks it (a stale hint). Back off, ask others.
-                    trouble["stale hint"] += 1
-                    planner.failed(r.chunk, r.source)
                 else:
-                    raise err
+                    lost(r, err)
         replica.data.finalize()
     except BaseException:
-        for task in running:
-            task.cancel()
+        for r in list(tasks):
+            abandon(r)  # nothing may write into the caller's tensors after we return
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
     t2 = time.perf_counter()
@@ -223,6 +316,12 @@ def _copy_local(
     return FetchResult(model, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
 
 
-async def _get(node: Node, replica: Replica, r: Request) -> None:
+async def _get(
+    node: Node,
+    replica: Replica,
+    r: Request,
+    into: list[memoryview] | None,
+    issued: Callable[[PeerHandler, int], None],
+) -> None:
     peer = await node.peer(r.source)
-    await peer.get_chunk(replica, r.chunk)
+    await peer.get_chunk(replica, r.chunk, into=into, issued=issued)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorhub.hub import Hub, PublishRejected, SyncHub, UnknownVersion
+from tensorhub.core.errors import ChecksumMismatch
+from tensorhub.hub import Hub, NoHolder, PublishRejected, SyncHub, UnknownVersion
 from tensorhub.io.tensors import empty_like_manifest
 
 from .models import same_bytes
@@ -149,3 +150,53 @@ def test_sync_facade(tmp_path: Path) -> None:
     finally:
         roll.close()
         voter.close()
+
+
+async def test_last_holder_unpublishing_the_latest_keeps_a_verified_cpu_copy(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        trainer = voters[0]
+        w = weights(1)
+        pub = await trainer.publish("policy", 1, w, chunk_size=1 << 20)
+        assert await trainer.unpublish("policy", 1)  # nobody else holds the latest: kept
+        for t in w.values():
+            t.zero_()  # the trainer's buffers are free again: it overwrites them
+        into = empty_like_manifest(pub.manifest)
+        await roll.fetch("policy", 1, into)  # served from the CPU copy
+        assert all(same_bytes(weights(1)[k], into[k]) for k in into)
+        # A newer version supersedes it: the copy is let go once v2 commits.
+        await trainer.publish("policy", 2, weights(2), chunk_size=1 << 20)
+        assert [r.version for r in trainer.node.store] == [2]
+
+
+async def test_without_a_copy_the_version_is_unavailable_never_wrong(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        w = weights(1)
+        pub = await voters[0].publish("policy", 1, w, chunk_size=1 << 20)
+        assert not await voters[0].unpublish("policy", 1, keep_copy=False)
+        with pytest.raises(NoHolder):
+            await roll.fetch("policy", 1, empty_like_manifest(pub.manifest), timeout=1.0)
+
+
+async def test_a_buffer_changed_before_unpublish_is_caught_not_served(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        w = weights(1)
+        pub = await voters[0].publish("policy", 1, w, chunk_size=1 << 20)
+        w["embed"].add_(1)  # breaks the mutability contract
+        with pytest.raises(ChecksumMismatch, match="changed while published"):
+            await voters[0].unpublish("policy", 1)
+        assert len(voters[0].node.store) == 0  # withdrawn: nothing wrong is served
+        with pytest.raises(NoHolder):
+            await roll.fetch("policy", 1, empty_like_manifest(pub.manifest), timeout=1.0)
+
+
+async def test_a_retained_version_is_kept_when_its_last_holder_leaves(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        trainer = voters[0]
+        await trainer.publish("policy", 1, weights(1), chunk_size=1 << 20)
+        await roll.retain("policy", 1)
+        await trainer.publish("policy", 2, weights(2), chunk_size=1 << 20)
+        assert await trainer.unpublish("policy", 1)  # not latest, but retained: kept
+        assert not await trainer.unpublish("policy", 2, keep_copy=False)
+        await roll.release("policy", 1)

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensorhub.core.swarm import ChunkPlanner, PlannerConfig, Request, wan_owner
+from tensorhub.core.swarm import ChunkPlanner, Failure, PlannerConfig, Request, wan_owner
 
 ALL = range(16)
 
@@ -77,7 +77,7 @@ def test_corrupt_source_is_banned_and_avoided() -> None:
     p.set_source("far", 3, [0])
     (r,) = p.next_requests()
     assert r.source == "bad"
-    p.failed(0, "bad", corrupt=True)
+    p.failed(0, "bad", Failure.CORRUPT)
     p.set_dc_fetchers(["me"])
     (r,) = p.next_requests()  # the only other holder is across the WAN; we own all chunks
     assert r.source == "far"
@@ -85,7 +85,7 @@ def test_corrupt_source_is_banned_and_avoided() -> None:
     for _ in range(60):
         p.tick()
     (r,) = p.next_requests()
-    p.failed(0, r.source, corrupt=r.source == "bad")
+    p.failed(0, r.source, Failure.CORRUPT if r.source == "bad" else Failure.ERROR)
     if r.source == "bad":
         assert p.sources["bad"].banned
 
@@ -158,8 +158,63 @@ def test_always_completes_while_a_holder_lives(seed: int, n: int, sources: int) 
                     keep = [k for k in keep if k != c]
                     inflight = [k for k in inflight if k != c]
             elif roll < 0.6:
-                p.failed(r.chunk, r.source, corrupt=r.source != "s0" and rng.random() < 0.5)
+                p.failed(
+                    r.chunk,
+                    r.source,
+                    Failure.CORRUPT if r.source != "s0" and rng.random() < 0.5 else Failure.ERROR,
+                )
             else:
                 keep.append(r)
         inflight = keep
     assert p.done, f"stuck with {p.missing()} missing"
+
+
+def test_origin_ranks_after_every_holder_of_its_datacenter() -> None:
+    p = planner(total=64, per_source=64)
+    p.set_source("publisher", 0, ALL, origin=True)  # same host, but the origin
+    p.set_source("peer", 2, range(8))  # same datacenter, another rack
+    reqs = p.next_requests()
+    assert {r.source for r in reqs if r.chunk < 8} == {"peer"}
+    assert {r.source for r in reqs if r.chunk >= 8} == {"publisher"}
+
+
+def test_origin_in_another_datacenter_ranks_after_other_remote_holders() -> None:
+    p = planner("me", total=64, per_source=64, initial_random=0)
+    p.set_source("far_origin", 3, ALL, origin=True)
+    p.set_source("far_peer", 3, ALL)
+    assert {r.source for r in p.next_requests()} == {"far_peer"}
+
+
+def test_missing_and_refused_block_only_that_source_for_that_chunk() -> None:
+    p = planner(total=2, per_source=2, missing_ticks=2, initial_random=0)
+    p.set_source("a", 1, [0, 1])
+    reqs = p.next_requests()
+    assert sorted(r.chunk for r in reqs) == [0, 1]
+    p.failed(0, "a", Failure.MISSING)  # not verified there yet
+    assert [(r.source, r.chunk) for r in p.next_requests()] == []  # chunk 1 still in flight
+    p.received(1, "a")
+    assert p.next_requests() == []  # chunk 0 blocked at "a" for two ticks
+    p.tick()
+    p.tick()
+    assert [(r.source, r.chunk) for r in p.next_requests()] == [("a", 0)]
+
+
+def test_redirect_adds_the_recipient_as_a_source_of_that_chunk() -> None:
+    p = planner(total=4, per_source=4)
+    p.set_source("origin", 1, [0], origin=True)
+    assert len(p.next_requests()) == 1
+    p.failed(0, "origin", Failure.REFUSED)
+    p.add_chunk("fetcher-3", 0, tier=2)  # the origin said it sent chunk 0 there
+    assert [(q.source, q.chunk) for q in p.next_requests()] == [("fetcher-3", 0)]
+
+
+def test_gone_source_is_skipped_for_gone_ticks() -> None:
+    p = planner(total=4, per_source=4, gone_ticks=3, backoff_ticks=1)
+    p.set_source("stale", 1, [0])
+    assert len(p.next_requests()) == 1
+    p.failed(0, "stale", Failure.GONE)
+    for _ in range(2):
+        p.tick()
+        assert p.next_requests() == []
+    p.tick()
+    assert len(p.next_requests()) == 1

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import torch
 
 from tensorhub.core.errors import TransferError
+from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
+from tensorhub.core.wire import encode_header
+from tensorhub.io.tcp import Connection
 from tensorhub.io.tensors import empty_like_manifest
 from tensorhub.node import Node
+from tensorhub.peer import PeerHandler
 from tensorhub.store import Replica
 from tensorhub.swarm import Holder, swarm_fetch
 
@@ -185,3 +189,146 @@ async def test_fetching_a_version_held_here_copies_it_locally() -> None:
 
         with pytest.raises(ManifestError, match="expected"):
             await swarm_fetch(me, "m", 1, empty_like_manifest(m), [], expected_root=b"\0" * 16)
+
+
+class _StallingHandler(PeerHandler):
+    """Sends half of each chunk, stalls until released, then sends garbage for the rest:
+    a slow holder that turns corrupt, to prove a lost race never touches the destination."""
+
+    release = asyncio.Event()
+
+    async def _write_loop(self) -> None:
+        while not self.conn.is_closing:
+            if not self._out:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            reply = self._out.popleft()
+            if not isinstance(reply.msg, ChunkData):
+                payload = [reply.replica.manifest.encode()] if reply.replica else []
+                await self.conn.send(reply.msg, payload)
+                continue
+            assert reply.replica is not None and reply.grant is not None
+            data = b"".join(bytes(p) for p in reply.replica.data.read_parts(reply.chunk))
+            tr = self.conn._transport
+            assert tr is not None
+            tr.write(encode_header(reply.msg, len(data)))
+            tr.write(data[: len(data) // 2])
+            await self.release.wait()
+            tr.write(bytes(len(data) - len(data) // 2))  # zeros: not what the manifest says
+
+
+class _StallingNode(Node):
+    def _handler(self, conn: Connection) -> PeerHandler:
+        h = _StallingHandler(conn, self.store, self.control, self.uploads)
+        self.handlers.add(h)
+        return h
+
+
+async def test_endgame_copy_beats_a_stalled_holder_whose_late_bytes_never_land() -> None:
+    sd = model(2)  # two 1 MiB chunks and a bit: all in flight at once, so endgame starts
+    _StallingHandler.release = asyncio.Event()
+    stall = await _StallingNode.start("stall", secret=SECRET)
+    try:
+        async with nodes(2) as (honest, me):
+            m = stall.serve("m", 1, sd, chunk_size=1 << 20)
+            honest.serve("m", 1, sd, chunk_size=1 << 20)
+            into = empty_like_manifest(m)
+            res = await asyncio.wait_for(
+                swarm_fetch(
+                    me,
+                    "m",
+                    1,
+                    into,
+                    [Holder(stall.address, 0), Holder(honest.address, 2)],
+                    expected_root=m.root,
+                ),
+                5,
+            )
+            assert res.chunks == m.num_chunks
+            assert all(same_bytes(sd[k], into[k]) for k in sd)
+            # Now the stalled holder sends the rest of every chunk: zeros. They must be
+            # read (the connection stays in sync) and land nowhere near the destination.
+            _StallingHandler.release.set()
+            peer = await me.peer(stall.address)
+            await asyncio.sleep(0.2)
+            assert (await peer.get_manifest("m", 1, m.root)).root == m.root
+            assert all(same_bytes(sd[k], into[k]) for k in sd)
+            assert me.store.get("m", 1).complete
+    finally:
+        await stall.close()
+
+
+async def test_request_to_a_stalled_holder_times_out_and_others_finish() -> None:
+    sd = model(8)
+    _StallingHandler.release = asyncio.Event()
+    stall = await _StallingNode.start("stall", secret=SECRET)
+    try:
+        async with nodes(2) as (honest, me):
+            m = stall.serve("m", 1, sd, chunk_size=1 << 20)
+            honest.serve("m", 1, sd, chunk_size=1 << 20)
+            into = empty_like_manifest(m)
+            await swarm_fetch(
+                me,
+                "m",
+                1,
+                into,
+                [Holder(stall.address, 0), Holder(honest.address, 2)],
+                expected_root=m.root,
+                config=PlannerConfig(endgame_copies=0),
+                request_timeout=0.3,
+            )
+            assert all(same_bytes(sd[k], into[k]) for k in sd)
+    finally:
+        _StallingHandler.release.set()
+        await stall.close()
+
+
+async def test_super_seeding_origin_sends_each_chunk_about_once() -> None:
+    """Four fetchers at once: the origin hands each chunk to one of them and redirects the
+    rest to whoever got it, so its egress stays near one model size (a star would be 4)."""
+    sd = model(16)
+    async with nodes(5) as (origin, *fetchers):
+        m = origin.serve("m", 1, sd, chunk_size=1 << 20, super_seed=5.0)
+        by_name = {n.name: n for n in [origin, *fetchers]}
+
+        def locate(name: str) -> tuple[str, int] | None:
+            n = by_name.get(name)
+            return (n.address, 1) if n is not None else None
+
+        def refresh_for(me: Node) -> Callable[[], tuple[list[Holder], list[str], list[str]]]:
+            def refresh() -> tuple[list[Holder], list[str], list[str]]:
+                hs = [Holder(origin.address, 1, origin=True)]
+                for f in fetchers:
+                    if f is not me and len(f.store):
+                        r = next(iter(f.store))
+                        hs.append(Holder(f.address, 1, [i for i, h in enumerate(r.have) if h]))
+                return hs, [f.address for f in fetchers], []
+
+            return refresh
+
+        intos = [empty_like_manifest(m) for _ in fetchers]
+        await asyncio.gather(
+            *(
+                swarm_fetch(
+                    f,
+                    "m",
+                    1,
+                    into,
+                    [Holder(origin.address, 1, origin=True)],
+                    expected_root=m.root,
+                    refresh=refresh_for(f),
+                    refresh_ticks=1,
+                    locate=locate,
+                    seed=i,
+                )
+                for i, (f, into) in enumerate(zip(fetchers, intos, strict=True))
+            )
+        )
+        for into in intos:
+            assert all(same_bytes(sd[k], into[k]) for k in sd)
+        egress = sum(h.bytes_served for h in origin.handlers)
+        print(f"origin egress {egress / m.total_bytes:.2f} model sizes (4 fetchers)")
+        assert egress <= 1.2 * m.total_bytes
+        replica = origin.store.get("m", 1)
+        assert replica.seeder is not None and replica.seeder.refusals > 0

@@ -226,3 +226,43 @@ def test_mutated_valid_streams_only_ever_raise_protocol_error(data: st.DataObjec
         return
     for ev in events:
         assert isinstance(ev, Frame | Payload)
+
+
+@given(
+    st.lists(st.integers(1, 5000), min_size=1, max_size=6),
+    st.lists(st.integers(0, 30_000)),
+    st.integers(0, 30_000),
+)
+def test_divert_stops_writes_into_the_sink_and_keeps_the_stream_in_sync(
+    sizes: list[int], cuts: list[int], divert_at: int
+) -> None:
+    """An abandoned chunk request: from the moment of divert, not one more byte lands in
+    the sink (the caller's tensors), and the frames after it still parse."""
+    payload = bytes(1 + i % 250 for i in range(sum(sizes)))  # never zero
+    data = (
+        encode_header(ChunkData(9, 1), len(payload))
+        + payload
+        + encode_header(GetChunk(10, "m", 1, 2))
+    )
+    reader = FrameReader(BIG, staging=1024)
+    parts = [memoryview(bytearray(n)) for n in sizes]
+    events: list[object] = []
+    pos, diverted, snapshot = 0, False, b""
+    bounds = sorted({*(c for c in cuts if 0 < c < len(data)), min(divert_at, len(data))})
+    for end in [*bounds, len(data)]:
+        if not diverted and pos >= divert_at:
+            reader.divert()
+            diverted, snapshot = True, b"".join(bytes(p) for p in parts)
+        while pos < end:
+            buf = reader.get_buffer()
+            n = min(len(buf), end - pos)
+            buf[:n] = data[pos : pos + n]
+            reader.buffer_updated(n)
+            pos += n
+            while (ev := reader.next_event()) is not None:
+                if isinstance(ev, Frame) and ev.payload_len and not diverted:
+                    reader.set_sink(parts)  # (abandoned before its header: no sink given)
+                events.append(ev)
+    if diverted:
+        assert b"".join(bytes(p) for p in parts) == snapshot
+    assert isinstance(events[-1], Frame) and events[-1].msg == GetChunk(10, "m", 1, 2)

@@ -34,6 +34,14 @@ class TransferError(TensorHubError):
     """A transfer could not complete: the peer vanished, refused or timed out."""
 
 
+class Refused(TransferError):
+    """A super-seeding origin would not send this chunk again yet: ``holders`` got it."""
+
+    def __init__(self, peer: str | None, chunk: int, holders: list[str]) -> None:
+        super().__init__(f"{peer}: chunk {chunk} already sent to {holders}")
+        self.holders = holders
+
+
 class RemoteError(TransferError):
     """The peer answered a request with an error; ``code`` says which (e.g. "no_chunk",
     "unknown_version"): the peer is alive, it just does not have what was asked."""

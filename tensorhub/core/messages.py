@@ -111,6 +111,16 @@ class ChunkData(Message, frozen=True, tag="chunk"):
     chunk: int
 
 
+@register
+class Redirect(Message, frozen=True, tag="redirect"):
+    """Reply to GetChunk from a super-seeding origin that already sent the chunk out:
+    ``holders`` (node names) got it from us; ask them."""
+
+    req: int
+    chunk: int
+    holders: list[str]
+
+
 # --- control plane -------------------------------------------------------------------------
 
 

@@ -178,6 +178,18 @@ class FrameReader:
         self._part_off = 0
         self._state = _PAYLOAD
 
+    def divert(self) -> None:
+        """Receive the rest of the payload in progress into a throwaway buffer.
+
+        For an abandoned request: the memory it was going into (a fetcher's tensors) must
+        not be written any more, yet the bytes already on their way must still be read to
+        keep the stream in sync."""
+        if self._state != _PAYLOAD or self._part >= len(self._parts):
+            return
+        rest = [len(p) for p in self._parts[self._part :]]
+        scratch = memoryview(bytearray(max(rest)))
+        self._parts[self._part :] = [scratch[:n] for n in rest]
+
     def next_event(self) -> Frame | Payload | None:
         """The next complete event, or None when more bytes are needed."""
         if self._state == _DEAD:

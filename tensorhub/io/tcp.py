@@ -176,6 +176,10 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._handshake(msg)
 
+    def divert_payload(self) -> None:
+        """The payload being received goes to a throwaway buffer from now on."""
+        self._reader.divert()
+
     def _on_payload(self, ev: Payload) -> None:
         assert self._handler is not None
         self._handler.on_payload(self, ev.msg, ev.parts)

@@ -17,6 +17,7 @@ HOLD_PREFIX = "h/"
 class Holding(msgspec.Struct, frozen=True, array_like=True):
     num_chunks: int
     bitmap: bytes  # bit i set: chunk i held and verified
+    origin: bool = False  # the publisher's own copy (fetchers ask it last; it super-seeds)
 
     def has(self, chunk: int) -> bool:
         return (
@@ -28,13 +29,13 @@ class Holding(msgspec.Struct, frozen=True, array_like=True):
         return all(self.has(i) for i in range(self.num_chunks))
 
     @classmethod
-    def of(cls, have: bytes | bytearray) -> Holding:
+    def of(cls, have: bytes | bytearray, origin: bool = False) -> Holding:
         """From a byte-per-chunk "have" array (as a replica keeps it)."""
         bits = bytearray((len(have) + 7) // 8)
         for i, h in enumerate(have):
             if h:
                 bits[i >> 3] |= 1 << (i & 7)
-        return cls(len(have), bytes(bits))
+        return cls(len(have), bytes(bits), origin)
 
 
 _enc = msgspec.msgpack.Encoder()

@@ -1,5 +1,17 @@
-"""The swarm's scheduling logic: which chunk to ask of which holder, and when."""
+"""The swarm's scheduling logic: which chunk to ask of which holder, and when; and the
+serving side's: upload slots and super-seeding."""
 
-from .planner import ChunkPlanner, PlannerConfig, Request, SourceInfo, wan_owner
+from .planner import ChunkPlanner, Failure, PlannerConfig, Request, SourceInfo, wan_owner
+from .seeding import SuperSeeder
+from .slots import UploadSlots
 
-__all__ = ["ChunkPlanner", "PlannerConfig", "Request", "SourceInfo", "wan_owner"]
+__all__ = [
+    "ChunkPlanner",
+    "Failure",
+    "PlannerConfig",
+    "Request",
+    "SourceInfo",
+    "SuperSeeder",
+    "UploadSlots",
+    "wan_owner",
+]

@@ -5,13 +5,19 @@ very planner that moves real bytes. Rules, in order:
 
 1. **Locality.** A chunk is only requested from the nearest tier that holds it (same host <
    same rack < same datacenter < another datacenter). Nothing crosses a WAN that a neighbour
-   already has.
+   already has. The *origin* (the publisher) ranks after every other holder in its
+   datacenter, so that once a chunk is out, fetchers pass it among themselves and the
+   publisher's egress stays near one model size (it super-seeds: see ``seeding``).
 2. **Cross-DC striping.** A chunk that no one in our datacenter holds is fetched across the
-   WAN by exactly one node of the datacenter: its rendezvous-hash owner among the
-   datacenter's fetchers. Everyone else waits for it to appear locally, so each chunk
-   crosses the WAN about once per datacenter and the WAN work is spread over all fetchers.
-   If the owner has not produced it within ``owner_timeout`` ticks (dead, slow), anyone
-   may fetch it.
+   WAN by exactly one node of the datacenter: its rendezvous-hash owner. Everyone else
+   waits for it to appear locally, so each chunk crosses the WAN about once per datacenter
+   and the WAN work is spread over all fetchers. The candidates are the datacenter's live
+   members (and its known fetchers of this version): membership is known long before a
+   fetch starts, so nodes that all start at once agree from the first tick (who is
+   fetching is learnt from gossip too late for that). If the owner has not produced the
+   chunk within ``owner_timeout`` ticks (dead, slow, or not fetching), the next candidate
+   in the chunk's rendezvous order may fetch it, then the next: still one WAN copy at a
+   time.
 3. **Rarest first** among eligible chunks (fewest holders), after ``initial_random`` random
    picks so a newcomer quickly has something to serve; ties break in a seeded random order.
 4. **Flow control.** At most ``per_source`` requests in flight per source and ``total``
@@ -20,7 +26,11 @@ very planner that moves real bytes. Rules, in order:
    extra requests to other sources; when one copy arrives the rest are cancelled.
 6. **Failures.** A source that sent a corrupt chunk gets a strike and is banned for
    ``ban_ticks`` (forever after ``max_strikes``); one that errored or timed out is skipped
-   for ``backoff_ticks``. Its chunk goes back to the pool.
+   for ``backoff_ticks``. A source that lacks a chunk it was hinted to have (not verified
+   yet, or a stale hint) is skipped *for that chunk* for ``missing_ticks``; one that refused
+   (busy upload slots, or a super-seeding origin that already sent the chunk out) for
+   ``refused_ticks``; one that does not hold the version at all (a stale hint) is skipped
+   for ``gone_ticks``; either way the chunk goes back to the pool.
 """
 
 from __future__ import annotations
@@ -48,6 +58,19 @@ class PlannerConfig:
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
+    missing_ticks: int = 2
+    refused_ticks: int = 5
+    gone_ticks: int = 50
+
+
+class Failure:
+    """Why a request failed: the planner's reaction differs."""
+
+    ERROR = "error"  # timed out, connection trouble: back off the source
+    CORRUPT = "corrupt"  # wrong digest: a strike against the source
+    MISSING = "missing"  # the source lacks the chunk (yet): try it again later
+    REFUSED = "refused"  # busy, or an origin that already sent it: ask others first
+    GONE = "gone"  # the source does not hold the version at all: a stale hint
 
 
 @dataclass
@@ -56,10 +79,16 @@ class SourceInfo:
 
     tier: int
     chunks: set[int]
+    origin: bool = False
     inflight: int = 0
     strikes: int = 0
     blocked_until: int = 0
     banned: bool = False
+
+    @property
+    def rank(self) -> int:
+        """Preference order (lower first): by tier; an origin after its whole datacenter."""
+        return 2 * max(self.tier, 2 if self.origin else 0) + self.origin
 
 
 class Request(NamedTuple):
@@ -68,15 +97,19 @@ class Request(NamedTuple):
     duplicate: bool  # an endgame copy: receive it into scratch memory, not the destination
 
 
+def _weight(node: str, chunk: int) -> int:
+    return xxhash.xxh64_intdigest(f"{node}\0{chunk}".encode())
+
+
 def wan_owner(chunk: int, fetchers: Iterable[str]) -> str | None:
     """The node of a datacenter that fetches ``chunk`` across the WAN (rendezvous hashing:
     stable, spread evenly, and only the dead owner's chunks move when membership changes)."""
-    best, best_h = None, -1
-    for f in fetchers:
-        h = xxhash.xxh64_intdigest(f"{f}\0{chunk}".encode())
-        if h > best_h:
-            best, best_h = f, h
-    return best
+    return max(fetchers, key=lambda f: _weight(f, chunk), default=None)
+
+
+def owner_order(chunk: int, candidates: Iterable[str]) -> list[str]:
+    """Who may fetch ``chunk`` across the WAN, in turn (rendezvous weight order)."""
+    return sorted(set(candidates), key=lambda f: (-_weight(f, chunk), f))
 
 
 @dataclass
@@ -101,12 +134,15 @@ class ChunkPlanner:
             self.have[c] = 1
         self.sources: dict[str, SourceInfo] = {}
         self.dc_fetchers: list[str] = [me]
+        self.dc_members: list[str] = []
+        self._turn: dict[int, int] = {}  # chunk -> our place in its WAN owner order
         self.now = 0
         self._order = list(range(num_chunks))
         rng.shuffle(self._order)  # the seeded tie-break among equally rare chunks
         self._rank = {c: i for i, c in enumerate(self._order)}
         self._chunks: dict[int, _Chunk] = {}  # chunks in flight
         self._waiting: dict[int, int] = {}  # chunk -> tick it started waiting for its WAN owner
+        self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
         self.wan_requests = 0
 
@@ -115,19 +151,26 @@ class ChunkPlanner:
     def tick(self) -> None:
         self.now += 1
 
-    def set_source(self, name: str, tier: int, chunks: Iterable[int]) -> None:
-        """A holder of this version (from the holder view); replaces what we knew of it."""
+    def set_source(
+        self, name: str, tier: int, chunks: Iterable[int], *, origin: bool = False
+    ) -> None:
+        """A holder of this version (from the holder view); replaces what we knew of it,
+        keeping chunks we were told of directly (redirects) that the view lags behind on."""
         if name == self.me:
             return
         src = self.sources.get(name)
         if src is None:
-            self.sources[name] = SourceInfo(tier, set(chunks))
+            self.sources[name] = SourceInfo(tier, set(chunks), origin)
         else:
-            src.tier, src.chunks = tier, set(chunks)
+            src.tier, src.origin = tier, origin
+            src.chunks.update(chunks)
 
-    def add_chunk(self, name: str, chunk: int) -> None:
-        """A source announced one more verified chunk (partial-prefix serving)."""
+    def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
+        """A source has (or is about to have) ``chunk``: it announced it, or the origin
+        said it sent the chunk there. An unknown source is added if its ``tier`` is given."""
         src = self.sources.get(name)
+        if src is None and tier is not None and name != self.me:
+            src = self.sources[name] = SourceInfo(tier, set())
         if src is not None:
             src.chunks.add(chunk)
 
@@ -142,9 +185,14 @@ class ChunkPlanner:
                     del self._chunks[c]
         return lost
 
-    def set_dc_fetchers(self, names: Iterable[str]) -> None:
-        """Live nodes of our datacenter fetching this version (us included): the owners."""
-        self.dc_fetchers = sorted({*names, self.me})
+    def set_dc_fetchers(self, names: Iterable[str], members: Iterable[str] = ()) -> None:
+        """Live nodes of our datacenter fetching this version (us included), and its other
+        live members: the candidate WAN owners."""
+        fetchers = sorted({*names, self.me})
+        others = sorted(set(members) - set(fetchers))
+        if fetchers != self.dc_fetchers or others != self.dc_members:
+            self.dc_fetchers, self.dc_members = fetchers, others
+            self._turn.clear()
 
     def received(self, chunk: int, source: str) -> list[Request]:
         """``chunk`` arrived verified from ``source``; returns duplicate requests to cancel."""
@@ -161,8 +209,8 @@ class ChunkPlanner:
                 cancels.append(Request(other, chunk, dup))
         return cancels
 
-    def failed(self, chunk: int, source: str, corrupt: bool = False) -> None:
-        """A request failed (error, timeout, vanished peer) or returned corrupt bytes."""
+    def failed(self, chunk: int, source: str, why: str = Failure.ERROR) -> None:
+        """A request failed; ``why`` is a :class:`Failure` kind."""
         st = self._chunks.get(chunk)
         if st is not None:
             st.requested.pop(source, None)
@@ -172,10 +220,16 @@ class ChunkPlanner:
         src = self.sources.get(source)
         if src is None:
             return
-        if corrupt:
+        if why == Failure.CORRUPT:
             src.strikes += 1
             src.banned = src.strikes >= self.cfg.max_strikes
             src.blocked_until = self.now + self.cfg.ban_ticks
+        elif why == Failure.MISSING:
+            self._blocked[(source, chunk)] = self.now + self.cfg.missing_ticks
+        elif why == Failure.REFUSED:
+            self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
+        elif why == Failure.GONE:
+            src.blocked_until = self.now + self.cfg.gone_ticks
         else:
             src.blocked_until = self.now + self.cfg.backoff_ticks
 
@@ -210,9 +264,13 @@ class ChunkPlanner:
         if not wanted:
             return self._endgame(usable, budget)
         holders: dict[int, list[str]] = {c: [] for c in wanted}
+        blocked = self._blocked
+        if blocked:
+            for key in [k for k, until in blocked.items() if until <= self.now]:
+                del blocked[key]
         for name, s in usable.items():
             for c in s.chunks:
-                if c in holders:
+                if c in holders and (name, c) not in blocked:
                     holders[c].append(name)
         if self._picked >= self.cfg.initial_random:  # rarest first; stable seeded tie-break
             wanted.sort(key=lambda c: (len(holders[c]), self._rank[c]))
@@ -223,22 +281,28 @@ class ChunkPlanner:
             cands = holders[c]
             if not cands:
                 continue
-            best = min(usable[n].tier for n in cands)
-            if best >= WAN_TIER and not self._may_cross_wan(c):
+            best = min(usable[n].rank for n in cands)
+            wan = best >= 2 * WAN_TIER
+            if wan and not self._may_cross_wan(c):
                 continue
-            src = self._least_loaded([n for n in cands if usable[n].tier == best], usable)
+            src = self._least_loaded([n for n in cands if usable[n].rank == best], usable)
             if src is None:
                 continue
             out.append(self._request(src, c, duplicate=False))
-            if best >= WAN_TIER:
+            if wan:
                 self.wan_requests += 1
         return out
 
     def _may_cross_wan(self, chunk: int) -> bool:
-        if wan_owner(chunk, self.dc_fetchers) == self.me:
+        turn = self._turn.get(chunk)
+        if turn is None:
+            order = owner_order(chunk, [*self.dc_fetchers, *self.dc_members])
+            turn = self._turn[chunk] = order.index(self.me)
+        if turn == 0:
             return True
         since = self._waiting.setdefault(chunk, self.now)
-        return self.now - since >= self.cfg.owner_timeout  # the owner did not deliver: fetch
+        # Those before us in the order did not deliver (dead, slow, not fetching): our turn.
+        return self.now - since >= turn * self.cfg.owner_timeout
 
     def _least_loaded(self, names: list[str], usable: dict[str, SourceInfo]) -> str | None:
         free = [n for n in names if usable[n].inflight < self.cfg.per_source]
@@ -261,11 +325,17 @@ class ChunkPlanner:
                 continue
             if len(st.requested) > self.cfg.endgame_copies:
                 continue
-            cands = [n for n, s in usable.items() if c in s.chunks and n not in st.requested]
+            cands = [
+                n
+                for n, s in usable.items()
+                if c in s.chunks and n not in st.requested and (n, c) not in self._blocked
+            ]
             if not cands:
                 continue
-            best = min(usable[n].tier for n in cands)
-            src = self._least_loaded([n for n in cands if usable[n].tier == best], usable)
+            best = min(usable[n].rank for n in cands)
+            if best >= 2 * WAN_TIER:
+                continue  # a duplicate never crosses the WAN: that is the traffic we save
+            src = self._least_loaded([n for n in cands if usable[n].rank == best], usable)
             if src is not None:
                 out.append(self._request(src, c, duplicate=True))
         return out

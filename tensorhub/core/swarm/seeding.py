@@ -1,0 +1,74 @@
+"""Super-seeding: the origin serves each chunk once before it serves any chunk twice.
+
+The publisher (the *origin*) is the one node whose egress every fetcher would otherwise
+share; a trainer wants to stop serving as soon as one full copy exists elsewhere. So the
+origin hands each chunk out once, to whoever asks first, and answers later requests for a
+chunk it already sent with the names of the nodes it sent it to (a redirect): they serve it
+onward. A round-based rule ("a second copy once every chunk has gone out once") is not
+enough: fetchers that all start together finish the first round within milliseconds, long
+before any recipient could pass anything on. So a chunk goes out a second time only when a
+recipient evidently did not pass it on: after its requests were refused for
+``reserve_after``.
+
+Across datacenters the origin also keeps the WAN clean: while nodes of its own datacenter
+are fetching, a request from another datacenter is redirected to them, so each chunk
+leaves the origin once and crosses the WAN from a fetcher — never back again.
+
+Nothing here may starve a fetcher: a chunk that was refused for ``reserve_after`` (the
+recipients died, were slow, or never passed it on) is served again. Time is an input (any monotonic
+clock in the caller's unit), so the simulator and the real driver run this same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SeedDecision:
+    serve: bool
+    holders: tuple[str, ...] = ()  # when refused: who got the chunk from us (ask them)
+
+
+SERVE = SeedDecision(True)
+
+
+class SuperSeeder:
+    def __init__(self, num_chunks: int, reserve_after: float) -> None:
+        self.num_chunks = num_chunks
+        self.reserve_after = reserve_after
+        self.served = [0] * num_chunks  # copies of each chunk handed out
+        self.recipients: dict[int, list[str]] = {}
+        self._refused_since: dict[int, float] = {}  # first refusal since it last went out
+        self.refusals = 0
+
+    def decide(
+        self, chunk: int, peer: str, now: float, *, remote: bool = False, local_busy: bool = False
+    ) -> SeedDecision:
+        """May ``peer`` have ``chunk`` from us now? ``remote``: it is in another datacenter;
+        ``local_busy``: other nodes of our datacenter are fetching this version."""
+        got = self.recipients.get(chunk, [])
+        if peer in got:
+            return SERVE  # a retry: the copy we sent was lost or corrupted on the way
+        # Remote while our datacenter fetches: its fetchers carry the chunk across the WAN.
+        if not got and not (remote and local_busy):
+            return SERVE
+        since = self._refused_since.setdefault(chunk, now)
+        if now - since >= self.reserve_after:
+            return SERVE  # whoever got it has not passed it on: do not starve anyone
+        self.refusals += 1
+        return SeedDecision(False, tuple(got))
+
+    def sent(self, chunk: int, peer: str, now: float) -> None:
+        """We are sending ``chunk`` to ``peer`` (after a SERVE decision)."""
+        got = self.recipients.setdefault(chunk, [])
+        if peer in got:
+            return
+        got.append(peer)
+        self._refused_since.pop(chunk, None)
+        self.served[chunk] += 1
+
+    @property
+    def copies(self) -> int:
+        """Chunks handed out in all (the origin's egress, in chunks)."""
+        return sum(self.served)

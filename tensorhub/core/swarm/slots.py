@@ -1,0 +1,63 @@
+"""Upload slots with fair choking: how a node shares its egress among the peers asking.
+
+At most ``slots`` chunk uploads run at once (more only splits the same bandwidth into
+slower streams, so every requester would finish late). Peers waiting for a slot are
+unchoked round-robin, one chunk each, so a peer with many requests queued cannot starve
+one with few. A request that would wait behind ``max_waiting`` others is refused at once
+("busy"): its fetcher asks another holder instead of queueing here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+
+
+class UploadSlots:
+    def __init__(self, slots: int = 4, max_waiting: int = 64) -> None:
+        if slots < 1:
+            raise ValueError("at least one upload slot")
+        self.slots = slots
+        self.max_waiting = max_waiting
+        self.active = 0
+        self._queues: OrderedDict[str, deque[Hashable]] = OrderedDict()  # rotation order
+        self.waiting = 0
+        self.refused = 0
+
+    def admit(self) -> bool:
+        """May one more request be queued? (False: answer "busy".)"""
+        if self.waiting >= self.max_waiting:
+            self.refused += 1
+            return False
+        return True
+
+    def request(self, peer: str, ticket: Hashable) -> bool:
+        """``ticket`` of ``peer`` wants a slot: True if it has one now, else it waits."""
+        if self.active < self.slots and not self.waiting:
+            self.active += 1
+            return True
+        self._queues.setdefault(peer, deque()).append(ticket)
+        self.waiting += 1
+        return False
+
+    def cancel(self, peer: str, ticket: Hashable) -> None:
+        q = self._queues.get(peer)
+        if q is not None and ticket in q:
+            q.remove(ticket)
+            self.waiting -= 1
+            if not q:
+                del self._queues[peer]
+
+    def release(self) -> list[tuple[str, Hashable]]:
+        """An upload finished: the (peer, ticket) pairs that get a slot now."""
+        self.active -= 1
+        out = []
+        while self.active < self.slots and self._queues:
+            peer, q = next(iter(self._queues.items()))
+            out.append((peer, q.popleft()))
+            self.waiting -= 1
+            self.active += 1
+            del self._queues[peer]
+            if q:
+                self._queues[peer] = q  # to the back of the rotation
+        return out

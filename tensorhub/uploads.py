@@ -1,0 +1,58 @@
+"""A node's upload slots, for its connections' writer tasks (the policy is core's
+:class:`~tensorhub.core.swarm.UploadSlots`; this adds the futures the writers await)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from typing import cast
+
+from .core.swarm import UploadSlots
+
+DEFAULT_SLOTS = 4
+DEFAULT_MAX_WAITING = 256
+
+
+@dataclass
+class Grant:
+    peer: str
+    ticket: int
+    ready: asyncio.Future[None]
+    held: bool = False  # the slot is ours until released
+
+
+class Uploads:
+    def __init__(self, slots: int = DEFAULT_SLOTS, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+        self.policy = UploadSlots(slots, max_waiting)
+        self._waiting: dict[int, Grant] = {}
+        self._tickets = itertools.count()
+        self.bytes_to: Counter[str] = Counter()  # chunk bytes uploaded, by requesting node
+
+    def admit(self) -> bool:
+        """False: the node is too busy; refuse the request so it goes elsewhere."""
+        return self.policy.admit()
+
+    def request(self, peer: str) -> Grant:
+        fut = asyncio.get_running_loop().create_future()
+        g = Grant(peer, next(self._tickets), fut)
+        if self.policy.request(peer, g.ticket):
+            g.held = True
+            fut.set_result(None)
+        else:
+            self._waiting[g.ticket] = g
+        return g
+
+    def release(self, grant: Grant) -> None:
+        """The upload ``grant`` was for is flushed, or will never be sent."""
+        if not grant.held:
+            if self._waiting.pop(grant.ticket, None) is not None:
+                self.policy.cancel(grant.peer, grant.ticket)
+            grant.ready.cancel()
+            return
+        grant.held = False
+        for _peer, ticket in self.policy.release():
+            g = self._waiting.pop(cast(int, ticket))
+            g.held = True
+            g.ready.set_result(None)

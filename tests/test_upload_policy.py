@@ -1,0 +1,110 @@
+"""The serving side's policies: super-seeding (the origin) and upload slots."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorhub.core.swarm import SuperSeeder, UploadSlots
+
+
+def test_origin_sends_each_chunk_once_and_redirects_to_the_recipient() -> None:
+    s = SuperSeeder(4, reserve_after=10)
+    assert s.decide(0, "a", now=0).serve
+    s.sent(0, "a", now=0)
+    d = s.decide(0, "b", now=1)
+    assert not d.serve and d.holders == ("a",)
+    assert s.decide(1, "b", now=1).serve  # an unsent chunk goes to whoever asks first
+    assert s.decide(0, "a", now=2).serve  # a retry by the recipient (its copy was lost)
+
+
+def test_a_chunk_nobody_passed_on_is_sent_again_after_reserve_after() -> None:
+    s = SuperSeeder(2, reserve_after=10)
+    s.sent(0, "a", now=0)
+    assert not s.decide(0, "b", now=5).serve  # refusals start the clock
+    assert not s.decide(0, "b", now=14).serve
+    assert s.decide(0, "b", now=15).serve  # "a" died or is slow: do not starve "b"
+    s.sent(0, "b", now=15)
+    assert not s.decide(0, "c", now=16).serve  # the clock restarts after a new copy
+
+
+def test_remote_requests_wait_for_the_local_datacenter() -> None:
+    s = SuperSeeder(2, reserve_after=10)
+    d = s.decide(0, "far", now=0, remote=True, local_busy=True)
+    assert not d.serve and d.holders == ()  # not even a first copy: locals carry it over
+    s.sent(0, "near", now=1)
+    assert s.decide(0, "far", now=2, remote=True, local_busy=True).holders == ("near",)
+    assert s.decide(1, "far", now=2, remote=True, local_busy=False).serve  # no locals
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 8))
+def test_property_one_copy_per_chunk_unless_a_refusal_outlived_reserve_after(
+    seed: int, chunks: int, peers: int
+) -> None:
+    """Random requests over time: a chunk's second copy only ever follows a refusal of at
+    least ``reserve_after``; and every request is served within that bound (no starvation)."""
+    rng = random.Random(seed)
+    reserve = 5
+    s = SuperSeeder(chunks, reserve_after=reserve)
+    first_refusal: dict[tuple[int, str], int] = {}
+    for now in range(200):
+        c, p = rng.randrange(chunks), f"p{rng.randrange(peers)}"
+        had = list(s.recipients.get(c, []))
+        d = s.decide(c, p, now)
+        if d.serve:
+            if had and p not in had:
+                assert any(now - t >= reserve for (cc, _), t in first_refusal.items() if cc == c)
+            s.sent(c, p, now)
+            if p not in had:  # a new copy (not a recipient's retry) restarts the clock
+                first_refusal = {k: t for k, t in first_refusal.items() if k[0] != c}
+        else:
+            assert set(d.holders) == set(had) and had
+            first_refusal.setdefault((c, p), now)
+            assert now - first_refusal[(c, p)] < reserve + 1
+
+
+def test_slots_bound_concurrent_uploads_and_unchoke_round_robin() -> None:
+    u = UploadSlots(slots=2, max_waiting=100)
+    assert u.request("greedy", 1) and u.request("greedy", 2)  # slots free: go at once
+    for t in range(3, 13):
+        assert not u.request("greedy", t)  # a greedy peer queues ten
+    assert not u.request("modest", 100)
+    granted = [p for _ in range(4) for p, _t in u.release()]
+    # The modest peer is not stuck behind the greedy one's queue: it gets the next-but-one.
+    assert "modest" in granted[:2] and u.active == 2
+
+
+def test_busy_when_the_queue_is_full_and_cancel_frees_a_place() -> None:
+    u = UploadSlots(slots=1, max_waiting=2)
+    assert u.request("a", 0)
+    assert u.admit() and not u.request("a", 1)
+    assert u.admit() and not u.request("b", 2)
+    assert not u.admit() and u.refused == 1
+    u.cancel("a", 1)
+    assert u.admit()
+    assert u.release() == [("b", 2)]
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_property_slots_fair_share(seed: int) -> None:
+    """Under random arrivals, while peers keep requests queued, grants alternate between
+    them: no backlogged peer gets two slots while another backlogged peer waits."""
+    rng = random.Random(seed)
+    u = UploadSlots(slots=3, max_waiting=10_000)
+    peers = ["a", "b", "c"]
+    ticket = 0
+    for p in peers:
+        for _ in range(rng.randrange(5, 30)):
+            u.request(p, ticket)
+            ticket += 1
+    grants: list[str] = []
+    while u.waiting:
+        grants += [p for p, _t in u.release()]
+        assert u.active <= u.slots
+    # Count grants per peer while all three still had work: they differ by at most one.
+    window = grants[: 3 * min(Counter(grants).values())]
+    counts = Counter(window)
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
