@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from tensorhub.io import files
 
 _UNITS = {
     "": 1,
@@ -59,8 +59,5 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
 
 
 def write_json(path: str | None, data: dict[str, Any]) -> None:
-    if not path:
-        return
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    if path:
+        files.write_json(path, data)

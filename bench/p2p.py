@@ -25,37 +25,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch
 
 from bench.common import machine, median, parse_size, print_table, write_json
 from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
 from tensorhub.io.loop import loop_name, run
 from tensorhub.io.tensors import byte_view, empty_like_manifest
 from tensorhub.node import Node
+from tensorhub.testing.weights import llm_like_state_dict
 
 SECRET = b"bench-secret"
 SLICE = 1 << 20
-
-
-def make_state_dict(total: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A model-shaped state_dict of about ``total`` bytes: a few big bf16/fp32 matrices and
-    many small tensors (norms, biases), so packing and scatter are exercised too."""
-    g = torch.Generator().manual_seed(seed)
-    sd: dict[str, torch.Tensor] = {}
-    small = 0
-    for i in range(64):
-        sd[f"layers.{i}.norm.weight"] = torch.randn(1024, generator=g)
-        small += 4096
-    big = max(total - small, 0)
-    n_big = 4
-    per = big // n_big
-    for i in range(n_big):
-        dt = torch.bfloat16 if i % 2 else torch.float32
-        elems = per // (2 if dt == torch.bfloat16 else 4)
-        if i == n_big - 1:
-            elems = (big - per * (n_big - 1)) // (2 if dt == torch.bfloat16 else 4)
-        sd[f"layers.{i}.mlp.weight"] = torch.randn(elems, generator=g).to(dt)
-    return sd
 
 
 def _raw_sender(sock: socket.socket, views: list[memoryview]) -> None:
@@ -70,7 +49,7 @@ def _raw_sender(sock: socket.socket, views: list[memoryview]) -> None:
 
 
 def server_main(size: int, chunk_size: int, q: Any, stop: Any) -> None:
-    sd = make_state_dict(size)
+    sd = llm_like_state_dict(size)
     views = [byte_view(t) for t in sd.values()]
     raw = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=_raw_sender, args=(raw, views), daemon=True).start()

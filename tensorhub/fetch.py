@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,6 +32,8 @@ class FetchResult:
     chunks: int
     seconds: float
     manifest_seconds: float
+    failures: dict[str, int] = field(default_factory=dict)
+    """Requests that failed on the way, by reason (corrupt, holder lost, redirected…)."""
 
     @property
     def gbps(self) -> float:

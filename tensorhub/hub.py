@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from .core.registry import PublishShard, Release, Retain
 from .fetch import FetchResult
 from .gossip_driver import GossipNode
 from .io.raft_storage import RaftStorage
+from .io.shaping import Link, WanShaper
 from .node import Node
 from .raft_driver import RaftNode
 from .registry_client import RegistryClient
@@ -82,6 +84,8 @@ class Hub:
         self._seeds = list(seeds)
         self.registry = RegistryClient(node, self._voters)
         self._kept: set[tuple[str, int, int]] = set()  # CPU copies kept by unpublish
+        self.fetches: deque[FetchResult] = deque(maxlen=64)  # recent, for status pages
+        self.fetch_totals: Counter[str] = Counter()  # fetches, bytes, failed requests
         self.super_seed_after: float | None = SUPER_SEED_AFTER
         """Publish as a super-seeding origin (None: serve every request, as a plain holder)."""
 
@@ -123,6 +127,21 @@ class Hub:
     @property
     def address(self) -> str:
         return self.node.address
+
+    @property
+    def locality(self) -> str:
+        return self.gossip.core.me.locality
+
+    def emulate_wan(self, links: Mapping[str, Link]) -> None:
+        """Shape this node's traffic to other datacenters (remote DC → :class:`Link`): for
+        running a multi-datacenter cluster on one machine. Off unless called."""
+        core = self.gossip.core
+
+        def dc_of(name: str) -> str | None:
+            loc = core.locality_of(name)
+            return None if loc is None else _dc(loc)
+
+        self.node.shaper = WanShaper(_dc(self.locality), links, dc_of) if links else None
 
     def _voters(self) -> list[str]:
         if self.raft is not None:
@@ -384,10 +403,16 @@ class Hub:
             )
 
         try:
-            return await self._from_holders(dp, version, timeout, attempt)
+            res = await self._from_holders(dp, version, timeout, attempt)
         except BaseException:
             self.gossip.withdraw(dp, version)
+            self.fetch_totals["failed"] += 1
             raise
+        self.fetches.append(res)
+        self.fetch_totals["fetches"] += 1
+        self.fetch_totals["bytes"] += res.bytes
+        self.fetch_totals["failed_requests"] += sum(res.failures.values())
+        return res
 
     async def manifest(
         self, model: str, version: int, *, shard: int = 0, timeout: float = 60.0

@@ -21,6 +21,7 @@ from .core.messages import Message
 from .core.swarm import SuperSeeder
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
 from .io import tcp
+from .io.shaping import WanShaper
 from .io.tensors import TensorBytes, build_manifest, empty_like_manifest
 from .peer import ControlHandler, PeerHandler, SeedContext
 from .store import LocalStore, Replica
@@ -50,6 +51,8 @@ class Node:
         self.control: dict[type[Message], ControlHandler] = {}
         """Handlers for control-plane messages (Raft, registry requests), by type."""
         self.uploads = Uploads()
+        self.shaper: WanShaper | None = None
+        """WAN emulation (off unless set: the launcher sets it from a topology)."""
         self.seed_context: SeedContext | None = None
         """Where requesters are, for super-seeding (set by the layer that knows: the Hub)."""
 
@@ -92,8 +95,13 @@ class Node:
             # The dial is its own task: a requester that gives up does not cancel it for
             # the others waiting on the same connection.
             pending = self._dialing[addr] = asyncio.ensure_future(self._dial(addr))
-            pending.add_done_callback(lambda _f: self._dialing.pop(addr, None))
+            pending.add_done_callback(lambda f: self._dial_done(addr, f))
         return await asyncio.shield(pending)
+
+    def _dial_done(self, addr: str, f: asyncio.Task[PeerHandler]) -> None:
+        self._dialing.pop(addr, None)
+        if not f.cancelled():
+            f.exception()  # retrieved: each waiter gets it; none may be left to log it
 
     async def _dial(self, addr: str) -> PeerHandler:
         conn = await tcp.connect(

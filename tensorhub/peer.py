@@ -28,6 +28,7 @@ from .core.messages import (
     Message,
     Redirect,
 )
+from .io.shaping import WanShaper
 from .io.tcp import Connection
 from .store import LocalStore, Replica, UnknownVersion
 from .uploads import Grant, Uploads
@@ -73,12 +74,14 @@ class PeerHandler:
         control: Mapping[type[Message], ControlHandler] | None = None,
         uploads: Uploads | None = None,
         seed_context: SeedContext | None = None,
+        shaper: Callable[[], WanShaper | None] | None = None,
     ) -> None:
         self.conn = conn
         self.store = store
         self._control = control or {}
         self._uploads = uploads or Uploads()
         self._seed_context = seed_context
+        self._shaper = shaper or (lambda: None)
         self._unflushed: deque[tuple[int, Replica, Grant]] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._next_req = 1
@@ -236,6 +239,9 @@ class PeerHandler:
                     assert reply.replica is not None and reply.grant is not None
                     await reply.grant.ready  # an upload slot (fair among requesting peers)
                     parts = reply.replica.data.read_parts(reply.chunk)
+                    shaper = self._shaper()
+                    if shaper is not None:  # WAN emulation: this node's share of the link
+                        await shaper.upload(conn.peer or "?", sum(len(p) for p in parts))
                     await conn.send(reply.msg, parts)
                     # Sent, not yet flushed: the flusher ends the upload and frees the slot.
                     self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
@@ -318,6 +324,9 @@ class PeerHandler:
         if issued is not None:
             issued(self, rid)
         try:
+            shaper = self._shaper()
+            if shaper is not None:  # WAN emulation: the request leaves one RTT late
+                await shaper.request(self.conn.peer or "?")
             await self.conn.send(GetChunk(rid, replica.model, replica.version, chunk))
             await req.fut
         except asyncio.CancelledError:

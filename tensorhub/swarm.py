@@ -274,7 +274,14 @@ async def swarm_fetch(
             sorted((s.tier, n) for n, s in planner.sources.items()),
         )
     return FetchResult(
-        model, version, manifest, manifest.total_bytes, manifest.num_chunks, t2 - t0, t1 - t0
+        model,
+        version,
+        manifest,
+        manifest.total_bytes,
+        manifest.num_chunks,
+        t2 - t0,
+        t1 - t0,
+        dict(trouble),
     )
 
 

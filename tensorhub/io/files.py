@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -28,3 +29,10 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_json(path: str | Path, data: object) -> None:
+    """Write ``data`` as indented JSON, atomically (results files that tools read)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(p, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())

@@ -1,0 +1,223 @@
+"""A cluster of Hub processes on this machine, driven step by step through pipes.
+
+Each node is a separate process (spawned: no state shared with the parent) running a real
+:class:`~tensorhub.Hub` on loopback; the parent sends it commands — publish, fetch,
+unpublish, corrupt what you hold, report — and gets the results back, so multi-process
+tests and benchmarks can stage exact scenarios (kill -9 a holder mid-fetch, a holder
+turning corrupt, unpublish during uploads) on the real stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..hub import Hub
+from ..io.loop import run
+from ..io.tcp import free_ports
+from ..io.tensors import empty_like_manifest, tensor_digests
+from .weights import llm_like_state_dict
+
+SECRET = "tensorhub-test-cluster"
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    locality: str  # dc/rack/host
+    voter: bool = False
+
+
+class _Worker:
+    """The child side: one Hub and what it publishes or fetches into."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.buffers: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
+        self.fetches: dict[tuple[str, int], asyncio.Task[tuple[Any, ...]]] = {}
+
+    async def handle(self, cmd: str, args: list[Any]) -> tuple[Any, ...]:
+        hub = self.hub
+        if cmd == "publish":  # model, version, size, seed
+            model, version, size, seed = args
+            sd = self.buffers[(model, version)] = llm_like_state_dict(size, seed)
+            pub = await hub.publish(model, version, sd)
+            return ("ok", pub.committed)
+        if cmd == "serve":  # model, version, size, seed: a plain holder, no registry
+            model, version, size, seed = args
+            sd = self.buffers[(model, version)] = llm_like_state_dict(size, seed)
+            hub.node.serve(model, version, sd)
+            return ("ok",)
+        if cmd == "unpublish":  # model, version, keep_copy; then scribble over the buffers
+            model, version, keep = args
+            kept = await hub.unpublish(model, version, keep_copy=keep)
+            for t in self.buffers.pop((model, version)).values():
+                t.zero_()  # the caller may reuse its memory now: prove nothing still reads it
+            return ("ok", kept)
+        if cmd == "wait_replicated":
+            model, version, copies = args
+            await hub.wait_replicated(model, version, copies=copies)
+            return ("ok",)
+        if cmd == "prepare":  # model, version, addr: allocate destination tensors (untimed)
+            model, version, addr = args
+            if addr is None:
+                m = await hub.manifest(model, version)
+            else:
+                m = await (await hub.node.peer(addr)).get_manifest(model, version)
+            self.buffers[(model, version)] = empty_like_manifest(m)
+            return ("ok",)
+        if cmd == "fetch":  # model, version, addr (None: through the Hub, the swarm)
+            model, version, addr = args  # starts it; "result" waits for it
+            self.fetches[(model, version)] = asyncio.ensure_future(
+                self._fetch(model, version, addr)
+            )
+            return ("ok",)
+        if cmd == "result":
+            model, version = args
+            return await self.fetches.pop((model, version))
+        if cmd == "digests":
+            model, version = args
+            return ("ok", tensor_digests(self.buffers[(model, version)]))
+        if cmd == "progress":  # chunks of shard 0 of (model, version) verified here
+            model, version = args
+            held = [
+                r.held
+                for r in hub.node.store
+                if r.version == version and r.model in (model, f"{model}@0")
+            ]
+            return ("ok", max(held, default=0))
+        if cmd == "corrupt":  # flip bits in what we hold: our replica no longer matches
+            model, version = args
+            for t in self.buffers[(model, version)].values():
+                if t.numel() and t.is_floating_point():
+                    t.view(-1)[: t.numel() // 2].neg_()
+            return ("ok",)
+        if cmd == "stats":
+            return ("ok", dict(hub.node.uploads.bytes_to))
+        return ("error", f"unknown command {cmd!r}")
+
+    async def _fetch(self, model: str, version: int, addr: str | None) -> tuple[Any, ...]:
+        into = self.buffers[(model, version)]
+        t0 = time.monotonic()
+        if addr is None:
+            res = await self.hub.fetch(model, version, into)
+            failures = dict(res.failures)
+        else:
+            await self.hub.node.fetch(addr, model, version, into, hold=False)
+            failures = {}
+        return ("done", t0, time.monotonic(), failures)
+
+
+def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.Connection) -> None:
+    async def main() -> None:
+        hub = await Hub.start(
+            spec.name,
+            locality=spec.locality,
+            listen=listen,
+            seeds=seeds,
+            voter=spec.voter,
+            data_dir=data_dir if spec.voter else None,
+            secret=SECRET,
+        )
+        pipe.send(("ready", hub.address))
+        worker = _Worker(hub)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                cmd, *args = await loop.run_in_executor(None, pipe.recv)
+                if cmd == "stop":
+                    return
+                try:
+                    pipe.send(await worker.handle(cmd, args))
+                except Exception as e:  # reported to the parent, which raises it there
+                    pipe.send(("error", f"{type(e).__name__}: {e}"))
+        finally:
+            await hub.close()
+
+    run(main())
+
+
+class HubProcs:
+    """Start the nodes of ``specs`` (voters listen on fixed ports, the seeds); drive them."""
+
+    def __init__(self, specs: list[Spec], data_dir: str, timeout: float = 300.0) -> None:
+        ctx = mp.get_context("spawn")
+        self.specs = {s.name: s for s in specs}
+        self.timeout = timeout
+        voters = [s.name for s in specs if s.voter]
+        ports = dict(zip(voters, free_ports(len(voters)), strict=True))
+        seeds = [f"127.0.0.1:{ports[v]}" for v in voters]
+        self.pipes: dict[str, mpc.Connection] = {}
+        self.procs: dict[str, Any] = {}
+        for s in specs:
+            ours, theirs = ctx.Pipe()
+            listen = f"127.0.0.1:{ports[s.name]}" if s.name in ports else "127.0.0.1:0"
+            p = ctx.Process(
+                target=_child, args=(s, listen, seeds, f"{data_dir}/{s.name}", theirs), daemon=True
+            )
+            p.start()
+            self.pipes[s.name], self.procs[s.name] = ours, p
+        self.addr = {s.name: self.expect(s.name, "ready")[0] for s in specs}
+
+    def dc(self, name: str) -> str:
+        return self.specs[name].locality.split("/")[0]
+
+    @property
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.is_alive()]
+
+    def send(self, names: list[str], *cmd: Any) -> None:
+        for n in names:
+            self.pipes[n].send(cmd)
+
+    def expect(self, name: str, tag: str = "ok") -> list[Any]:
+        if not self.pipes[name].poll(self.timeout):
+            raise TimeoutError(f"{name} did not answer in {self.timeout}s")
+        got, *rest = self.pipes[name].recv()
+        if got != tag:
+            raise RuntimeError(f"{name}: {got}: {rest}")
+        return list(rest)
+
+    def call(self, names: list[str], *cmd: Any, tag: str = "ok") -> list[list[Any]]:
+        self.send(names, *cmd)
+        return [self.expect(n, tag) for n in names]
+
+    def kill(self, name: str) -> None:
+        """kill -9: no goodbye, no flush."""
+        p = self.procs[name]
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(10)
+
+    def uploads(self) -> dict[str, int]:
+        """Bytes each live node uploaded to each other, as "sender>receiver" → bytes."""
+        out: dict[str, int] = {}
+        names = self.alive
+        for n, (by_peer,) in zip(names, self.call(names, "stats"), strict=True):
+            for peer, b in by_peer.items():
+                out[f"{n}>{peer}"] = out.get(f"{n}>{peer}", 0) + b
+        return out
+
+    def close(self) -> None:
+        for n in self.alive:
+            with contextlib.suppress(OSError):
+                self.pipes[n].send(("stop",))
+        for p in self.procs.values():
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+    def __enter__(self) -> HubProcs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

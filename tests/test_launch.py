@@ -1,0 +1,89 @@
+"""The launcher: topologies are validated, and a run with chaos ends verified (issue #7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tensorhub.launch import TopologyError, default, from_dict, launch
+from tensorhub.launch.topology import parse_bandwidth
+
+SMALL = {
+    "model": {"dim": 64, "layers": 2, "vocab": 512, "heads": 2, "context": 16},
+    "run": {"versions": 3, "train_steps": 1, "chunk_mb": 0.25, "timeout_s": 240},
+    "nodes": [
+        {"name": "trainer", "at": "dc1/rack1", "role": "trainer"},
+        {"name": "a1", "at": "dc1/rack1", "voter": True},
+        {"name": "a2", "at": "dc1/rack2", "voter": True},
+        {"name": "a3", "at": "dc1/rack2"},
+        {"name": "b1", "at": "dc2/rack1", "voter": True},
+        {"name": "b2", "at": "dc2/rack1"},
+        {"name": "b3", "at": "dc2/rack2"},
+    ],
+    "wan": [{"between": ["dc1", "dc2"], "bandwidth": "1Gbit", "rtt_ms": 5}],
+    "chaos": {"kill_rollouts": 1, "kill_leader": True, "seed": 3},
+    "http": True,
+}
+
+
+def test_default_topology_is_two_dcs_of_two_racks_with_six_rollouts() -> None:
+    t = default()
+    assert t.datacenters == ["dc1", "dc2"] and len(t.rollouts) == 6 and len(t.voters) == 3
+    assert {n.at for n in t.nodes} == {"dc1/rack1", "dc1/rack2", "dc2/rack1", "dc2/rack2"}
+    assert t.links_from("dc2") == {"dc1": (2e9 / 8, 0.01)}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"nodez": []}, r"unknown key\(s\) \['nodez'\]"),
+        ({"nodes": [{"name": "t", "at": "dc1", "role": "trainer"}]}, "must be dc/rack"),
+        ({"nodes": SMALL["nodes"][1:]}, "exactly one node must have role: trainer"),
+        ({"wan": [{"between": ["dc1", "mars"]}]}, "no node is in datacenter 'mars'"),
+        ({"wan": [{"between": ["dc1", "dc2"], "bandwidth": "fast"}]}, "cannot parse bandwidth"),
+        ({"chaos": {"kill_rollouts": 6}}, "leave at least one rollout alive"),
+        ({"chaos": {"kil_leader": True}}, r"chaos: unknown key"),
+        ({"nodes": SMALL["nodes"][:3], "wan": []}, "1, 3 or 5 voters"),
+    ],
+)
+def test_bad_topologies_are_refused_naming_the_key(change: dict[str, object], message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
+        from_dict({**SMALL, **change})
+
+
+def test_bandwidth_units() -> None:
+    assert parse_bandwidth("2Gbit", "x") == 2e9 / 8
+    assert parse_bandwidth("100MB/s", "x") == 100e6
+    assert parse_bandwidth("1.5gbit/s", "x") == 1.5e9 / 8
+    assert parse_bandwidth(1000, "x") == 1000.0
+
+
+@pytest.mark.timeout(400)
+def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
+    """A rollout and the Raft leader are killed with SIGKILL mid-run; the run goes on, the
+    JSON counts the kills, and no rollout ever holds weights other than the trainer's."""
+    out = tmp_path / "results.json"
+    res = launch(
+        from_dict(SMALL), json_path=out, progress=False, console=Console(width=120, quiet=True)
+    )
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(res))
+    assert data["ok"] and data["failures"]["wrong_weights"] == 0
+    assert data["chaos"]["crashed"] == [] and data["failures"]["failed_fetches"] == 0
+    killed = data["chaos"]["killed"]
+    assert len(killed) == 2 and data["failures"]["killed"] == 2
+    assert any("Raft leader" in k["why"] for k in killed)
+    assert all(k["who"] != "trainer" for k in killed)
+    assert [v["version"] for v in data["versions"]] == [1, 2, 3]
+    dead = {k["who"] for k in killed}
+    survivors = {n["name"] for n in data["topology"]["nodes"]} - dead - {"trainer"}
+    final = data["versions"][-1]
+    assert survivors <= {f["who"] for f in final["fetches"]}  # every survivor got v3
+    assert all(f["verified"] for v in data["versions"] for f in v["fetches"])
+    assert all(v["trainer_stall_s"] > 0 for v in data["versions"])
+    # Each version crossed the WAN into dc2 about once (bytes counted on the sending side).
+    assert 0.5 < data["wan_bytes_in_per_version_in_models"]["dc2"] < 2.5
+    assert data["bytes_by_dc_link"].get("dc1>dc2", 0) > 0
