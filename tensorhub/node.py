@@ -80,6 +80,7 @@ class Node:
             lambda peer, replica: (
                 self.seed_context(peer, replica) if self.seed_context else (False, False)
             ),
+            lambda: self.shaper,
         )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))

@@ -31,8 +31,10 @@ from ..io.tcp import free_ports
 from .topology import Topology
 from .workers import Plan, rollout_main, trainer_main
 
-FLOW_CONTROL = ("redirected", "no_chunk", "busy")
-"""Request outcomes that are the protocol working (ask elsewhere or later), not failures."""
+FLOW_CONTROL = ("redirected", "no_chunk", "busy", "withdrawn")
+"""Request outcomes that are the protocol working (ask elsewhere or later: the publisher
+redirected, the chunk is not verified there yet, the holder is busy or let go of the
+version), not failures."""
 
 
 class LaunchFailed(RuntimeError):
@@ -264,6 +266,11 @@ class _Run:
             },
             "versions": versions,
             "bytes_by_dc_link": dict(sorted(links.items())),
+            "bytes_by_node_link": {
+                f"{a}>{b}": n
+                for a, by_peer in sorted(self.bytes_to.items())
+                for b, n in sorted(by_peer.items())
+            },
             "wan_bytes_in_per_version_in_models": {
                 dc: (b / len(versions) / model_bytes if versions and model_bytes else 0.0)
                 for dc, b in remote_in.items()
@@ -339,7 +346,7 @@ def summary(res: dict[str, Any], console: Console) -> None:
         f"{f['failed_fetches']} fetches failed (version unavailable), "
         f"{f['failed_requests_retried']} chunk requests failed (holder lost, corrupt, timed "
         f"out) and were retried elsewhere, {f['deferred_requests']} were deferred by flow "
-        "control (redirected by the publisher, not verified there yet, busy), "
+        "control (redirected by the publisher, not verified there yet, busy, withdrawn), "
         f"[bold]{f['wrong_weights']} rollouts on wrong weights[/] (every fetch is checked "
         "against the trainer's digests)."
     )

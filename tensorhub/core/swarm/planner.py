@@ -15,9 +15,10 @@ very planner that moves real bytes. Rules, in order:
    members (and its known fetchers of this version): membership is known long before a
    fetch starts, so nodes that all start at once agree from the first tick (who is
    fetching is learnt from gossip too late for that). If the owner has not produced the
-   chunk within ``owner_timeout`` ticks (dead, slow, or not fetching), the next candidate
+   chunk within ``owner_timeout`` ticks (dead, stuck, or not fetching), the next candidate
    in the chunk's rendezvous order may fetch it, then the next: still one WAN copy at a
-   time.
+   time. An owner whose holdings still grow is slow, not gone, and is waited for: over a
+   shaped WAN, taking over from a slow owner only doubled the WAN bytes.
 3. **Rarest first** among eligible chunks (fewest holders), after ``initial_random`` random
    picks so a newcomer quickly has something to serve; ties break in a seeded random order.
 4. **Flow control.** At most ``per_source`` requests in flight per source and ``total``
@@ -84,6 +85,7 @@ class SourceInfo:
     strikes: int = 0
     blocked_until: int = 0
     banned: bool = False
+    grew_at: int = 0  # tick its chunk set last grew (it is making progress)
 
     @property
     def rank(self) -> int:
@@ -135,7 +137,7 @@ class ChunkPlanner:
         self.sources: dict[str, SourceInfo] = {}
         self.dc_fetchers: list[str] = [me]
         self.dc_members: list[str] = []
-        self._turn: dict[int, int] = {}  # chunk -> our place in its WAN owner order
+        self._owners: dict[int, list[str]] = {}  # chunk -> its WAN owner order
         self.now = 0
         self._order = list(range(num_chunks))
         rng.shuffle(self._order)  # the seeded tie-break among equally rare chunks
@@ -160,10 +162,13 @@ class ChunkPlanner:
             return
         src = self.sources.get(name)
         if src is None:
-            self.sources[name] = SourceInfo(tier, set(chunks), origin)
+            self.sources[name] = SourceInfo(tier, set(chunks), origin, grew_at=self.now)
         else:
             src.tier, src.origin = tier, origin
+            before = len(src.chunks)
             src.chunks.update(chunks)
+            if len(src.chunks) > before:
+                src.grew_at = self.now
 
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
         """A source has (or is about to have) ``chunk``: it announced it, or the origin
@@ -171,8 +176,9 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
-        if src is not None:
+        if src is not None and chunk not in src.chunks:
             src.chunks.add(chunk)
+            src.grew_at = self.now
 
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool."""
@@ -192,7 +198,7 @@ class ChunkPlanner:
         others = sorted(set(members) - set(fetchers))
         if fetchers != self.dc_fetchers or others != self.dc_members:
             self.dc_fetchers, self.dc_members = fetchers, others
-            self._turn.clear()
+            self._owners.clear()
 
     def received(self, chunk: int, source: str) -> list[Request]:
         """``chunk`` arrived verified from ``source``; returns duplicate requests to cancel."""
@@ -294,15 +300,23 @@ class ChunkPlanner:
         return out
 
     def _may_cross_wan(self, chunk: int) -> bool:
-        turn = self._turn.get(chunk)
-        if turn is None:
-            order = owner_order(chunk, [*self.dc_fetchers, *self.dc_members])
-            turn = self._turn[chunk] = order.index(self.me)
+        order = self._owners.get(chunk)
+        if order is None:
+            order = self._owners[chunk] = owner_order(chunk, [*self.dc_fetchers, *self.dc_members])
+        turn = order.index(self.me)
         if turn == 0:
             return True
         since = self._waiting.setdefault(chunk, self.now)
-        # Those before us in the order did not deliver (dead, slow, not fetching): our turn.
-        return self.now - since >= turn * self.cfg.owner_timeout
+        if self.now - since < turn * self.cfg.owner_timeout:
+            return False
+        # Our turn by the clock; but an owner ahead of us that is still receiving chunks
+        # (over a slow WAN, say) will bring this one too: a second WAN copy would only
+        # slow both down. Take over only from owners that are dead, stuck or not fetching.
+        return not any(
+            (s := self.sources.get(ahead)) is not None
+            and self.now - s.grew_at < self.cfg.owner_timeout
+            for ahead in order[:turn]
+        )
 
     def _least_loaded(self, names: list[str], usable: dict[str, SourceInfo]) -> str | None:
         free = [n for n in names if usable[n].inflight < self.cfg.per_source]
