@@ -7,11 +7,13 @@ import html
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tensorhub.hub import Hub
 from tensorhub.io.tensors import empty_like_manifest
 from tensorhub.status_http import StatusServer
 
@@ -20,18 +22,23 @@ from .test_hub import cluster, weights
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
+async def _status_and_metrics(hub: Hub) -> tuple[dict[str, Any], str]:
+    server = StatusServer(hub)
+    url = await server.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            status = await (await s.get(f"{url}/status")).json()
+            metrics = await (await s.get(f"{url}/metrics")).text()
+    finally:
+        await server.close()
+    return status, metrics
+
+
 async def test_status_and_metrics_describe_versions_holders_and_transfers(tmp_path: Path) -> None:
     async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
         pub = await voters[0].publish("policy", 1, weights(1), chunk_size=1 << 20)
         await roll.fetch("policy", 1, empty_like_manifest(pub.manifest))
-        server = StatusServer(roll)
-        url = await server.start()
-        try:
-            async with aiohttp.ClientSession() as s:
-                status = await (await s.get(f"{url}/status")).json()
-                metrics = await (await s.get(f"{url}/metrics")).text()
-        finally:
-            await server.close()
+        status, metrics = await _status_and_metrics(roll)
     assert status["name"] == "rollout0" and status["raft"] is None
     (v,) = [v for v in status["versions"] if v["model"] == "policy@0"]
     holders = {h["name"]: h for h in v["holders"]}
@@ -46,14 +53,7 @@ async def test_status_and_metrics_describe_versions_holders_and_transfers(tmp_pa
 async def test_voter_status_reports_raft(tmp_path: Path) -> None:
     async with cluster(tmp_path, rollouts=0) as (voters, _):
         await voters[0].publish("policy", 1, weights(1, mib=1))
-        server = StatusServer(voters[1])
-        url = await server.start()
-        try:
-            async with aiohttp.ClientSession() as s:
-                status = await (await s.get(f"{url}/status")).json()
-                metrics = await (await s.get(f"{url}/metrics")).text()
-        finally:
-            await server.close()
+        status, metrics = await _status_and_metrics(voters[1])
     assert status["raft"]["role"] in ("leader", "follower") and status["raft"]["term"] >= 1
     assert "tensorhub_raft_commit_index" in metrics
 

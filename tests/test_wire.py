@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -72,19 +73,28 @@ def test_frames_roundtrip_for_any_split(cuts: list[int]) -> None:
     assert _payloads(_feed(FrameReader(BIG), data, cuts)) == items
 
 
-@given(st.lists(st.integers(1, 5000), min_size=1, max_size=6), st.lists(st.integers(0, 30_000)))
-def test_payload_scatters_into_sink_parts(sizes: list[int], cuts: list[int]) -> None:
-    payload = bytes(i % 251 for i in range(sum(sizes)))
-    data = (
+def _chunk_stream(payload: bytes) -> bytes:
+    """A chunk reply carrying ``payload``, then a request: what a fetcher's reader sees."""
+    return (
         encode_header(ChunkData(9, 1), len(payload))
         + payload
         + encode_header(GetChunk(10, "m", 1, 2))
     )
-    reader = FrameReader(BIG, staging=1024)
-    parts = [memoryview(bytearray(n)) for n in sizes]
+
+
+def _feed_sink(
+    reader: FrameReader,
+    data: bytes,
+    cuts: list[int],
+    sink: Callable[[], list[memoryview] | None],
+    at_cut: Callable[[int], None] = lambda _pos: None,
+) -> list[object]:
+    """Feed ``data`` in pieces ending at ``cuts``; a payload goes into ``sink()`` (None:
+    the reader's own buffer); ``at_cut(pos)`` runs before each piece."""
     events: list[object] = []
     pos = 0
     for end in [*sorted(set(c for c in cuts if 0 < c < len(data))), len(data)]:
+        at_cut(pos)
         while pos < end:
             buf = reader.get_buffer()
             n = min(len(buf), end - pos)
@@ -92,9 +102,18 @@ def test_payload_scatters_into_sink_parts(sizes: list[int], cuts: list[int]) -> 
             reader.buffer_updated(n)
             pos += n
             while (ev := reader.next_event()) is not None:
-                if isinstance(ev, Frame) and ev.payload_len:
+                if isinstance(ev, Frame) and ev.payload_len and (parts := sink()) is not None:
                     reader.set_sink(parts)
                 events.append(ev)
+    return events
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=6), st.lists(st.integers(0, 30_000)))
+def test_payload_scatters_into_sink_parts(sizes: list[int], cuts: list[int]) -> None:
+    payload = bytes(i % 251 for i in range(sum(sizes)))
+    reader = FrameReader(BIG, staging=1024)
+    parts = [memoryview(bytearray(n)) for n in sizes]
+    events = _feed_sink(reader, _chunk_stream(payload), cuts, lambda: parts)
     assert b"".join(bytes(p) for p in parts) == payload
     done = [e for e in events if isinstance(e, Payload)]
     assert len(done) == 1 and done[0].parts == [p for p in parts if len(p)]
@@ -239,30 +258,20 @@ def test_divert_stops_writes_into_the_sink_and_keeps_the_stream_in_sync(
     """An abandoned chunk request: from the moment of divert, not one more byte lands in
     the sink (the caller's tensors), and the frames after it still parse."""
     payload = bytes(1 + i % 250 for i in range(sum(sizes)))  # never zero
-    data = (
-        encode_header(ChunkData(9, 1), len(payload))
-        + payload
-        + encode_header(GetChunk(10, "m", 1, 2))
-    )
+    data = _chunk_stream(payload)
     reader = FrameReader(BIG, staging=1024)
     parts = [memoryview(bytearray(n)) for n in sizes]
-    events: list[object] = []
-    pos, diverted, snapshot = 0, False, b""
-    bounds = sorted({*(c for c in cuts if 0 < c < len(data)), min(divert_at, len(data))})
-    for end in [*bounds, len(data)]:
-        if not diverted and pos >= divert_at:
+    state = {"diverted": False, "snapshot": b""}
+
+    def at_cut(pos: int) -> None:
+        if not state["diverted"] and pos >= divert_at:
             reader.divert()
-            diverted, snapshot = True, b"".join(bytes(p) for p in parts)
-        while pos < end:
-            buf = reader.get_buffer()
-            n = min(len(buf), end - pos)
-            buf[:n] = data[pos : pos + n]
-            reader.buffer_updated(n)
-            pos += n
-            while (ev := reader.next_event()) is not None:
-                if isinstance(ev, Frame) and ev.payload_len and not diverted:
-                    reader.set_sink(parts)  # (abandoned before its header: no sink given)
-                events.append(ev)
-    if diverted:
-        assert b"".join(bytes(p) for p in parts) == snapshot
+            state["diverted"], state["snapshot"] = True, b"".join(bytes(p) for p in parts)
+
+    # Abandoned before its header arrived: no sink is given (the reader's own buffer).
+    events = _feed_sink(
+        reader, data, [*cuts, divert_at], lambda: None if state["diverted"] else parts, at_cut
+    )
+    if state["diverted"]:
+        assert b"".join(bytes(p) for p in parts) == state["snapshot"]
     assert isinstance(events[-1], Frame) and events[-1].msg == GetChunk(10, "m", 1, 2)
