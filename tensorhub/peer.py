@@ -250,7 +250,8 @@ class PeerHandler:
                     n = sum(len(p) for p in parts)
                     self.chunks_served += 1
                     self.bytes_served += n
-                    self._uploads.bytes_to[conn.peer or "?"] += n
+                    r = reply.replica
+                    self._uploads.count(conn.peer or "?", r.model, r.version, n)
                 else:
                     await conn.send(reply.msg)
                 self._out.popleft()

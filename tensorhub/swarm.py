@@ -227,10 +227,7 @@ async def swarm_fetch(
                 start(r)
             if not running:
                 if time.monotonic() - last_progress > stall_timeout:
-                    raise TransferError(
-                        f"{model} v{version}: no usable holder for chunks "
-                        f"{planner.missing()[:8]} (of {len(planner.missing())} missing)"
-                    )
+                    raise _stuck(planner, model, version, trouble)
                 await asyncio.sleep(TICK)
                 clock()
                 continue
@@ -283,6 +280,22 @@ async def swarm_fetch(
         t1 - t0,
         dict(trouble),
     )
+
+
+def _stuck(
+    planner: ChunkPlanner, model: str, version: int, trouble: Counter[str]
+) -> TensorHubError:
+    """The error for a fetch that can make no more progress: ChecksumMismatch if every
+    holder of a missing chunk sent corrupt data (retries exhausted), else TransferError."""
+    missing = planner.missing()
+    holders = {n for n, s in planner.sources.items() if any(c in s.chunks for c in missing)}
+    what = f"{model} v{version}: chunks {missing[:8]} (of {len(missing)} missing)"
+    if holders and all(planner.sources[n].strikes for n in holders):
+        return ChecksumMismatch(
+            f"{what}: every holder of them sent corrupt data "
+            f"({trouble['corrupt']} corrupt replies from {sorted(holders)[:4]})"
+        )
+    return TransferError(f"{what}: no usable holder")
 
 
 def _held(node: Node, model: str, version: int) -> Replica | None:

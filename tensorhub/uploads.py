@@ -29,6 +29,12 @@ class Uploads:
         self._waiting: dict[int, Grant] = {}
         self._tickets = itertools.count()
         self.bytes_to: Counter[str] = Counter()  # chunk bytes uploaded, by requesting node
+        self.bytes_by_version: dict[tuple[str, int], Counter[str]] = {}  # (model, v) → peer
+
+    def count(self, peer: str, model: str, version: int, n: int) -> None:
+        """``n`` bytes of (model, version) were uploaded to ``peer``."""
+        self.bytes_to[peer] += n
+        self.bytes_by_version.setdefault((model, version), Counter())[peer] += n
 
     def admit(self) -> bool:
         """False: the node is too busy; refuse the request so it goes elsewhere."""

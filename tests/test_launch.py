@@ -87,3 +87,5 @@ def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
     # Each version crossed the WAN into dc2 about once (bytes counted on the sending side).
     assert 0.5 < data["wan_bytes_in_per_version_in_models"]["dc2"] < 2.5
     assert data["bytes_by_dc_link"].get("dc1>dc2", 0) > 0
+    for v in data["versions"]:  # bytes per link, per version: each crossed into dc2
+        assert v["bytes_by_dc_link"].get("dc1>dc2", 0) > 0

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import torch
 
-from tensorhub.core.errors import TransferError
+from tensorhub.core.errors import ChecksumMismatch, TransferError
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
 from tensorhub.core.wire import encode_header
@@ -332,3 +332,16 @@ async def test_super_seeding_origin_sends_each_chunk_about_once() -> None:
         assert egress <= 1.2 * m.total_bytes
         replica = origin.store.get("m", 1)
         assert replica.seeder is not None and replica.seeder.refusals > 0
+
+
+async def test_only_corrupt_holders_end_in_checksum_mismatch_after_retries() -> None:
+    sd = model(4)
+    bad = {k: v.clone() for k, v in sd.items()}
+    async with nodes(2) as (liar, me):
+        m = liar.serve("m", 1, bad, chunk_size=1 << 20)
+        bad["w"].view(torch.int16).add_(1)
+        with pytest.raises(ChecksumMismatch, match="every holder of them sent corrupt data"):
+            await swarm_fetch(
+                me, "m", 1, empty_like_manifest(m), [Holder(liar.address, 1)], stall_timeout=0.5
+            )
+        assert len(me.store) == 0  # nothing half-fetched is held or advertised

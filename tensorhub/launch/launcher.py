@@ -53,7 +53,7 @@ class _Run:
         self.urls: dict[str, str | None] = {}
         self.published: dict[int, dict[str, Any]] = {}
         self.fetched: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        self.bytes_to: dict[str, dict[str, int]] = {}
+        self.bytes_to: dict[str, dict[str, dict[str, int]]] = {}  # node → version → peer
         self.leader: tuple[int, str] | None = None
         self.killed: list[dict[str, Any]] = []
         self.crashed: list[str] = []
@@ -215,6 +215,16 @@ class _Run:
     def results(self) -> dict[str, Any]:
         t = self.t
         dc_of = {n.name: n.dc for n in t.nodes}
+        links: Counter[str] = Counter()
+        node_links: Counter[str] = Counter()
+        per_version: dict[int, Counter[str]] = defaultdict(Counter)
+        for sender, by_version in self.bytes_to.items():
+            for ver, by_peer in by_version.items():
+                for peer, n in by_peer.items():
+                    dc_link = f"{dc_of.get(sender, '?')}>{dc_of.get(peer, '?')}"
+                    links[dc_link] += n
+                    node_links[f"{sender}>{peer}"] += n
+                    per_version[int(ver)][dc_link] += n
         versions = []
         wrong = 0
         for v, pub in sorted(self.published.items()):
@@ -235,6 +245,7 @@ class _Run:
             versions.append(
                 {
                     "version": v,
+                    "bytes_by_dc_link": dict(sorted(per_version[v].items())),
                     "loss": pub["loss"],
                     "bytes": pub["bytes"],
                     "commit_s": pub["commit_s"],
@@ -242,10 +253,6 @@ class _Run:
                     "fetches": fetches,
                 }
             )
-        links: Counter[str] = Counter()
-        for sender, by_peer in self.bytes_to.items():
-            for peer, n in by_peer.items():
-                links[f"{dc_of.get(sender, '?')}>{dc_of.get(peer, '?')}"] += n
         model_bytes = mean(p["bytes"] for p in self.published.values()) if self.published else 0
         remote_in = {
             dc: sum(n for k, n in links.items() if k.endswith(f">{dc}") and not k.startswith(dc))
@@ -266,11 +273,7 @@ class _Run:
             },
             "versions": versions,
             "bytes_by_dc_link": dict(sorted(links.items())),
-            "bytes_by_node_link": {
-                f"{a}>{b}": n
-                for a, by_peer in sorted(self.bytes_to.items())
-                for b, n in sorted(by_peer.items())
-            },
+            "bytes_by_node_link": dict(sorted(node_links.items())),
             "wan_bytes_in_per_version_in_models": {
                 dc: (b / len(versions) / model_bytes if versions and model_bytes else 0.0)
                 for dc, b in remote_in.items()

@@ -82,7 +82,8 @@ class Topology:
         a version's every copy (f failures need f + 1 copies)."""
         if self.copies is not None:
             return self.copies
-        return 1 + self.chaos.kill_rollouts + int(self.chaos.kill_leader)
+        kills = self.chaos.kill_rollouts + int(self.chaos.kill_leader)
+        return max(1, min(1 + kills, len(self.rollouts) - kills))
 
     @property
     def trainer(self) -> NodeSpec:
@@ -210,10 +211,10 @@ def validate(t: Topology) -> None:
             raise TopologyError(f"wan[{i}]: bandwidth must be positive")
     if t.versions < 1 or t.train_steps < 1:
         raise TopologyError("run: versions and train_steps must be at least 1")
-    if not 1 <= t.copies_before_reuse <= len(t.rollouts):
-        raise TopologyError("run: copies_before_reuse must be between 1 and the rollouts")
     if t.chaos.kill_rollouts >= len(t.rollouts):
         raise TopologyError("chaos: kill_rollouts must leave at least one rollout alive")
+    if not 1 <= t.copies_before_reuse <= len(t.rollouts):
+        raise TopologyError("run: copies_before_reuse must be between 1 and the rollouts")
     if t.chaos.kill_leader and sum(n.voter and n.role == "rollout" for n in t.nodes) < 2:
         raise TopologyError("chaos: kill_leader needs voters besides the trainer")
 

@@ -76,8 +76,13 @@ async def _watch_leadership(hub: Hub, name: str, out: Any) -> None:
         await asyncio.sleep(0.05)
 
 
-def _bytes(hub: Hub) -> dict[str, int]:
-    return dict(hub.node.uploads.bytes_to)
+def _bytes(hub: Hub) -> dict[str, dict[str, int]]:
+    """Bytes this node uploaded so far, by version of the model, then by receiving node."""
+    return {
+        str(v): dict(by_peer)
+        for (m, v), by_peer in hub.node.uploads.bytes_by_version.items()
+        if m.startswith(MODEL + "@")
+    }
 
 
 async def _finish(hub: Hub, server: Any, name: str, out: Any, stop: Any) -> None:
