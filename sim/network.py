@@ -33,6 +33,12 @@ class Flow:
     id: int = 0
 
 
+@dataclass(eq=False)
+class Transfer:
+    flow: Flow | None = None
+    cancelled: bool = False
+
+
 class Network:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -40,7 +46,6 @@ class Network:
         self._ids = 0
         self._last = 0.0
         self._next: _Event | None = None
-        self.bytes_by_tag: dict[str, float] = {}
 
     def start(
         self,
@@ -49,23 +54,38 @@ class Network:
         done: Callable[[], None],
         latency: float = 0.0,
         tag: str = "",
-    ) -> None:
+    ) -> Transfer:
         """Move ``nbytes`` over ``path``; call ``done`` when the last byte arrives."""
+        t = Transfer()
 
         def begin() -> None:
+            if t.cancelled:
+                return
             self._advance()
             self._ids += 1
             f = Flow(tuple(path), float(nbytes), done, tag=tag, id=self._ids)
+            t.flow = f
             self.flows[f.id] = f
             for link in f.path:
                 link.flows[f.id] = f
-            self.bytes_by_tag[tag] = self.bytes_by_tag.get(tag, 0.0) + nbytes
             self._reallocate()
 
         if latency > 0:
             self.engine.later(latency, begin)
         else:
             begin()
+        return t
+
+    def cancel(self, t: Transfer) -> None:
+        """Stop a transfer (its sender or receiver died): its ``done`` is never called."""
+        t.cancelled = True
+        f = t.flow
+        if f is not None and f.id in self.flows:
+            self._advance()
+            del self.flows[f.id]
+            for link in f.path:
+                del link.flows[f.id]
+            self._reallocate()
 
     def _advance(self) -> None:
         dt = self.engine.now - self._last

@@ -17,8 +17,8 @@ very planner that moves real bytes. Rules, in order:
    fetching is learnt from gossip too late for that). If the owner has not produced the
    chunk within ``owner_timeout`` ticks (dead, stuck, or not fetching), the next candidate
    in the chunk's rendezvous order may fetch it, then the next: still one WAN copy at a
-   time. An owner whose holdings still grow is slow, not gone, and is waited for: over a
-   shaped WAN, taking over from a slow owner only doubled the WAN bytes.
+   time. An owner the holder view still lists (alive, fetching) is slow, not gone, and is
+   waited for: over a shaped WAN, taking over from slow owners only doubled the WAN bytes.
 3. **Rarest first** among eligible chunks (fewest holders), after ``initial_random`` random
    picks so a newcomer quickly has something to serve; ties break in a seeded random order.
 4. **Flow control.** At most ``per_source`` requests in flight per source and ``total``
@@ -85,7 +85,7 @@ class SourceInfo:
     strikes: int = 0
     blocked_until: int = 0
     banned: bool = False
-    grew_at: int = 0  # tick its chunk set last grew (it is making progress)
+    seen_at: int = 0  # tick the holder view last listed it (it is alive)
 
     @property
     def rank(self) -> int:
@@ -162,13 +162,11 @@ class ChunkPlanner:
             return
         src = self.sources.get(name)
         if src is None:
-            self.sources[name] = SourceInfo(tier, set(chunks), origin, grew_at=self.now)
+            self.sources[name] = SourceInfo(tier, set(chunks), origin, seen_at=self.now)
         else:
             src.tier, src.origin = tier, origin
-            before = len(src.chunks)
             src.chunks.update(chunks)
-            if len(src.chunks) > before:
-                src.grew_at = self.now
+            src.seen_at = self.now
 
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
         """A source has (or is about to have) ``chunk``: it announced it, or the origin
@@ -176,9 +174,15 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
-        if src is not None and chunk not in src.chunks:
+        if src is not None:
             src.chunks.add(chunk)
-            src.grew_at = self.now
+            src.seen_at = self.now
+
+    def seen(self, name: str) -> None:
+        """The holder view lists ``name`` as alive now (without news of its chunks)."""
+        src = self.sources.get(name)
+        if src is not None:
+            src.seen_at = self.now
 
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool."""
@@ -309,12 +313,14 @@ class ChunkPlanner:
         since = self._waiting.setdefault(chunk, self.now)
         if self.now - since < turn * self.cfg.owner_timeout:
             return False
-        # Our turn by the clock; but an owner ahead of us that is still receiving chunks
-        # (over a slow WAN, say) will bring this one too: a second WAN copy would only
-        # slow both down. Take over only from owners that are dead, stuck or not fetching.
+        # Our turn by the clock; but an owner ahead of us that the holder view still lists
+        # (alive, fetching this version) will bring it, however slow its WAN: a second WAN
+        # copy would only slow both down. Take over only from owners that died, failed us,
+        # or are not fetching at all.
         return not any(
             (s := self.sources.get(ahead)) is not None
-            and self.now - s.grew_at < self.cfg.owner_timeout
+            and not s.banned
+            and self.now - s.seen_at < self.cfg.owner_timeout
             for ahead in order[:turn]
         )
 
