@@ -247,14 +247,20 @@ class Swarm:
         for _peer, ticket in src.slots.release():
             src.queued.pop(_ticket(ticket))()
 
-    def _delivered(self, s: str, f: str, r: Request) -> None:
-        self._release(s)
+    def _settle(self, f: str, r: Request) -> ChunkPlanner | None:
+        """The reply to ``r`` arrived at ``f``: its planner, if the request still matters."""
         node = self.nodes[f]
         if node.dead or r not in node.inflight:
-            return
+            return None  # f died, or abandoned r (an endgame loser still delivered)
         del node.inflight[r]
-        p = node.planner
-        assert p is not None
+        return node.planner
+
+    def _delivered(self, s: str, f: str, r: Request) -> None:
+        self._release(s)
+        p = self._settle(f, r)
+        if p is None:
+            return
+        node = self.nodes[f]
         for loser in p.received(r.chunk, s):
             t = node.inflight.pop(loser, None)
             if t is not None:
@@ -278,12 +284,9 @@ class Swarm:
                 self._pump(g)
 
     def _failed(self, f: str, r: Request, why: str, holders: tuple[str, ...] = ()) -> None:
-        node = self.nodes[f]
-        if node.dead or r not in node.inflight:
+        p = self._settle(f, r)
+        if p is None:
             return
-        del node.inflight[r]
-        p = node.planner
-        assert p is not None
         if why == "lost":
             p.remove_source(r.source)
             p.failed(r.chunk, r.source)

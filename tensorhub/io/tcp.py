@@ -66,6 +66,12 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def local_addresses(names: Sequence[str], host: str = "127.0.0.1") -> dict[str, str]:
+    """A free "host:port" for each of ``names`` (the voters of a local cluster, whose
+    addresses are its seeds)."""
+    return {n: f"{host}:{p}" for n, p in zip(names, free_ports(len(names), host), strict=True)}
+
+
 def parse_address(addr: str) -> tuple[str, int]:
     """``"host:port"`` (or ``"[v6]:port"``) → (host, port), with a clear error."""
     host, sep, port = addr.rpartition(":")

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
 from ..io.files import write_json
-from ..io.tcp import free_ports
+from ..io.tcp import local_addresses
 from .topology import Topology
 from .workers import Plan, rollout_main, trainer_main
 
@@ -68,11 +68,11 @@ class _Run:
 
     def start(self, data_dir: str) -> None:
         t = self.t
-        ports = dict(zip([v.name for v in t.voters], free_ports(len(t.voters)), strict=True))
-        seeds = [f"127.0.0.1:{ports[v.name]}" for v in t.voters]
+        voters = local_addresses([v.name for v in t.voters])
+        seeds = list(voters.values())
         secret = os.environ.get("TENSORHUB_SECRET") or os.urandom(16).hex()
         for n in t.nodes:
-            listen = f"127.0.0.1:{ports[n.name]}" if n.name in ports else "127.0.0.1:0"
+            listen = voters.get(n.name, "127.0.0.1:0")
             plan = Plan(t, n, listen, seeds, data_dir, secret)
             target = trainer_main if n.role == "trainer" else rollout_main
             p = self.ctx.Process(

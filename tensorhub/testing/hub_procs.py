@@ -23,7 +23,7 @@ import torch
 
 from ..hub import Hub
 from ..io.loop import run
-from ..io.tcp import free_ports
+from ..io.tcp import local_addresses
 from ..io.tensors import empty_like_manifest, tensor_digests
 from .weights import llm_like_state_dict
 
@@ -153,14 +153,13 @@ class HubProcs:
         ctx = mp.get_context("spawn")
         self.specs = {s.name: s for s in specs}
         self.timeout = timeout
-        voters = [s.name for s in specs if s.voter]
-        ports = dict(zip(voters, free_ports(len(voters)), strict=True))
-        seeds = [f"127.0.0.1:{ports[v]}" for v in voters]
+        voters = local_addresses([s.name for s in specs if s.voter])
+        seeds = list(voters.values())
         self.pipes: dict[str, mpc.Connection] = {}
         self.procs: dict[str, Any] = {}
         for s in specs:
             ours, theirs = ctx.Pipe()
-            listen = f"127.0.0.1:{ports[s.name]}" if s.name in ports else "127.0.0.1:0"
+            listen = voters.get(s.name, "127.0.0.1:0")
             p = ctx.Process(
                 target=_child, args=(s, listen, seeds, f"{data_dir}/{s.name}", theirs), daemon=True
             )
