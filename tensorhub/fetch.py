@@ -34,6 +34,8 @@ class FetchResult:
     manifest_seconds: float
     failures: dict[str, int] = field(default_factory=dict)
     """Requests that failed on the way, by reason (corrupt, holder lost, redirected…)."""
+    sources: dict[str, int] = field(default_factory=dict)
+    """Verified bytes received from each holder (by address)."""
 
     @property
     def gbps(self) -> float:

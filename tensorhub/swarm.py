@@ -137,6 +137,7 @@ async def swarm_fetch(
     began: dict[Request, float] = {}
     last_progress = time.monotonic()
     trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
+    received: Counter[str] = Counter()  # verified bytes by source
 
     def start(r: Request) -> None:
         into = None
@@ -172,6 +173,7 @@ async def swarm_fetch(
         finish(r)
 
     def won(r: Request) -> None:
+        received[r.source] += manifest.layout.chunk_len(r.chunk)
         for loser in planner.received(r.chunk, r.source):
             abandon(loser)
         if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over
@@ -279,6 +281,7 @@ async def swarm_fetch(
         t2 - t0,
         t1 - t0,
         dict(trouble),
+        dict(received),
     )
 
 

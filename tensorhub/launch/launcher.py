@@ -51,6 +51,7 @@ class _Run:
         self.stop = self.ctx.Event()
         self.procs: dict[str, Any] = {}
         self.urls: dict[str, str | None] = {}
+        self.names: dict[str, str] = {}  # data-plane address → node name
         self.published: dict[int, dict[str, Any]] = {}
         self.fetched: dict[int, list[dict[str, Any]]] = defaultdict(list)
         self.bytes_to: dict[str, dict[str, dict[str, int]]] = {}  # node → version → peer
@@ -112,6 +113,7 @@ class _Run:
             self.bytes_to[who] = ev["bytes_to"]
         if kind == "up":
             self.urls[who] = ev["url"]
+            self.names[ev["address"]] = who
         elif kind == "leader":
             if self.leader is None or ev["term"] >= self.leader[0]:
                 self.leader = (ev["term"], who)
@@ -217,14 +219,20 @@ class _Run:
         dc_of = {n.name: n.dc for n in t.nodes}
         links: Counter[str] = Counter()
         node_links: Counter[str] = Counter()
+        # Per version, counted by the receivers (a killed sender's last uploads would be
+        # missing from its own counters): the bytes each rollout's fetch took from whom.
         per_version: dict[int, Counter[str]] = defaultdict(Counter)
+        for v, fs in self.fetched.items():
+            for f in fs:
+                for addr, n in f.get("sources", {}).items():
+                    src = self.names.get(addr, "?")
+                    per_version[v][f"{dc_of.get(src, '?')}>{dc_of.get(f['who'], '?')}"] += n
         for sender, by_version in self.bytes_to.items():
-            for ver, by_peer in by_version.items():
+            for by_peer in by_version.values():
                 for peer, n in by_peer.items():
                     dc_link = f"{dc_of.get(sender, '?')}>{dc_of.get(peer, '?')}"
                     links[dc_link] += n
                     node_links[f"{sender}>{peer}"] += n
-                    per_version[int(ver)][dc_link] += n
         versions = []
         wrong = 0
         for v, pub in sorted(self.published.items()):
@@ -245,7 +253,7 @@ class _Run:
             versions.append(
                 {
                     "version": v,
-                    "bytes_by_dc_link": dict(sorted(per_version[v].items())),
+                    "bytes_received_by_dc_link": dict(sorted(per_version[v].items())),
                     "loss": pub["loss"],
                     "bytes": pub["bytes"],
                     "commit_s": pub["commit_s"],
@@ -254,9 +262,11 @@ class _Run:
                 }
             )
         model_bytes = mean(p["bytes"] for p in self.published.values()) if self.published else 0
+        received: Counter[str] = Counter()
+        for by_link in per_version.values():
+            received.update(by_link)
         remote_in = {
-            dc: sum(n for k, n in links.items() if k.endswith(f">{dc}") and not k.startswith(dc))
-            for dc in t.datacenters
+            dc: sum(n for k, n in received.items() if _crosses_into(k, dc)) for dc in t.datacenters
         }
         requests: Counter[str] = Counter()
         for fs in self.fetched.values():
@@ -272,8 +282,9 @@ class _Run:
                 "versions": t.versions,
             },
             "versions": versions,
-            "bytes_by_dc_link": dict(sorted(links.items())),
-            "bytes_by_node_link": dict(sorted(node_links.items())),
+            "bytes_received_by_dc_link": dict(sorted(received.items())),
+            "bytes_uploaded_by_dc_link": dict(sorted(links.items())),
+            "bytes_uploaded_by_node_link": dict(sorted(node_links.items())),
             "wan_bytes_in_per_version_in_models": {
                 dc: (b / len(versions) / model_bytes if versions and model_bytes else 0.0)
                 for dc, b in remote_in.items()
@@ -295,6 +306,12 @@ class _Run:
             "ok": wrong == 0 and len(versions) == t.versions and not self.crashed,
             "wall_s": time.monotonic() - self.t0,
         }
+
+
+def _crosses_into(dc_link: str, dc: str) -> bool:
+    """Whether a "src_dc>dst_dc" link is a WAN link into ``dc``."""
+    src, _, dst = dc_link.partition(">")
+    return dst == dc and src != dc
 
 
 def summary(res: dict[str, Any], console: Console) -> None:
@@ -329,10 +346,10 @@ def summary(res: dict[str, Any], console: Console) -> None:
     for v in res["versions"]:
         for f in v["fetches"]:
             by_dc[f["dc"]].append(f)
-    links = res["bytes_by_dc_link"]
+    links = res["bytes_received_by_dc_link"]
     for dc in sorted({n["at"].split("/")[0] for n in res["topology"]["nodes"]}):
         fs = by_dc.get(dc, [])
-        wan_in = sum(n for k, n in links.items() if k.endswith(f">{dc}") and not k.startswith(dc))
+        wan_in = sum(n for k, n in links.items() if _crosses_into(k, dc))
         dt.add_row(
             dc,
             str(len(fs)),

@@ -61,7 +61,7 @@ async def _start(plan: Plan, out: Any) -> tuple[Hub, Any]:
 
         server = StatusServer(hub)
         url = await server.start()
-    out.put({"event": "up", "who": me.name, "dc": me.dc, "url": url, "pid_t": time.monotonic()})
+    out.put({"event": "up", "who": me.name, "dc": me.dc, "url": url, "address": hub.address})
     return hub, server
 
 
@@ -197,6 +197,7 @@ def rollout_main(plan: Plan, out: Any, stop: Any) -> None:
                     "fetch_s": res.seconds,
                     "t_done": t_done,
                     "failures": res.failures,
+                    "sources": res.sources,
                     "digests": tensor_digests(into),
                     "bytes_to": _bytes(hub),
                 }
