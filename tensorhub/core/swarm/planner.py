@@ -36,13 +36,17 @@ very planner that moves real bytes. Rules, in order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from typing import NamedTuple, Protocol
 
 import xxhash
 
 WAN_TIER = 3
+SCAN_PATIENCE = 16
+"""Candidates a call may find unservable in a row before it stops looking."""
 
 
 class RandomLike(Protocol):
@@ -120,6 +124,14 @@ class _Chunk:
 
 
 class ChunkPlanner:
+    """Incremental: what a call to :meth:`next_requests` looks at is bounded by what it
+    hands out, not by the size of the version. Chunks that may be requested sit in buckets
+    by availability (how many known sources hold them), each bucket ordered by the chunk's
+    seeded rank; chunks in flight leave the buckets; chunks waiting for their WAN owner
+    *sleep* until their turn or until a holder in our datacenter appears. (A version of
+    35,000 chunks cost 119 ms per completed chunk when every call rebuilt the rarity order.)
+    """
+
     def __init__(
         self,
         me: str,
@@ -134,6 +146,7 @@ class ChunkPlanner:
         self.have = bytearray(num_chunks)
         for c in have:
             self.have[c] = 1
+        self._missing = num_chunks - sum(self.have)
         self.sources: dict[str, SourceInfo] = {}
         self.dc_fetchers: list[str] = [me]
         self.dc_members: list[str] = []
@@ -141,17 +154,77 @@ class ChunkPlanner:
         self.now = 0
         self._order = list(range(num_chunks))
         rng.shuffle(self._order)  # the seeded tie-break among equally rare chunks
-        self._rank = {c: i for i, c in enumerate(self._order)}
+        self._rank = [0] * num_chunks
+        for i, c in enumerate(self._order):
+            self._rank[c] = i
+        self._holders: list[set[str]] = [set() for _ in range(num_chunks)]
+        self._buckets: dict[int, list[int]] = {}  # availability -> sorted ranks
+        self._bucketed = bytearray(num_chunks)
+        self._asleep: dict[int, int] = {}  # chunk -> tick it wakes (waiting for its WAN owner)
+        self._alarms: list[tuple[int, int]] = []  # heap of (tick, chunk)
         self._chunks: dict[int, _Chunk] = {}  # chunks in flight
         self._waiting: dict[int, int] = {}  # chunk -> tick it started waiting for its WAN owner
         self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
         self.wan_requests = 0
+        for c in range(num_chunks):
+            if not self.have[c]:
+                self._bucket(c)
+
+    # -- the pool of requestable chunks ----------------------------------------------------
+
+    def _bucket(self, c: int) -> None:
+        if not self._bucketed[c]:
+            insort(self._buckets.setdefault(len(self._holders[c]), []), self._rank[c])
+            self._bucketed[c] = 1
+
+    def _unbucket(self, c: int) -> None:
+        if self._bucketed[c]:
+            ranks = self._buckets[len(self._holders[c])]
+            del ranks[bisect_left(ranks, self._rank[c])]
+            self._bucketed[c] = 0
+
+    def _hold(self, name: str, c: int) -> None:
+        """``name`` holds chunk ``c``: its availability rises; a local holder wakes it."""
+        if name in self._holders[c]:
+            return
+        was = self._bucketed[c]
+        self._unbucket(c)
+        self._holders[c].add(name)
+        if was:
+            self._bucket(c)
+        if c in self._asleep and self.sources[name].rank < 2 * WAN_TIER:
+            del self._asleep[c]  # no WAN crossing needed any more
+            self._return(c)
+
+    def _drop(self, name: str, c: int) -> None:
+        if name not in self._holders[c]:
+            return
+        was = self._bucketed[c]
+        self._unbucket(c)
+        self._holders[c].discard(name)
+        if was:
+            self._bucket(c)
+
+    def _return(self, c: int) -> None:
+        """Back to the pool, unless had, in flight or asleep."""
+        if not self.have[c] and c not in self._chunks and c not in self._asleep:
+            self._bucket(c)
+
+    def _sleep(self, c: int, until: int) -> None:
+        self._unbucket(c)
+        self._asleep[c] = until
+        heappush(self._alarms, (until, c))
 
     # -- inputs --------------------------------------------------------------------------------
 
     def tick(self) -> None:
         self.now += 1
+        while self._alarms and self._alarms[0][0] <= self.now:
+            until, c = heappop(self._alarms)
+            if self._asleep.get(c) == until:
+                del self._asleep[c]
+                self._return(c)
 
     def set_source(
         self, name: str, tier: int, chunks: Iterable[int], *, origin: bool = False
@@ -162,11 +235,14 @@ class ChunkPlanner:
             return
         src = self.sources.get(name)
         if src is None:
-            self.sources[name] = SourceInfo(tier, set(chunks), origin, seen_at=self.now)
+            src = self.sources[name] = SourceInfo(tier, set(), origin, seen_at=self.now)
         else:
             src.tier, src.origin = tier, origin
-            src.chunks.update(chunks)
             src.seen_at = self.now
+        for c in chunks:
+            if c not in src.chunks:
+                src.chunks.add(c)
+                self._hold(name, c)
 
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
         """A source has (or is about to have) ``chunk``: it announced it, or the origin
@@ -175,8 +251,10 @@ class ChunkPlanner:
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
         if src is not None:
-            src.chunks.add(chunk)
             src.seen_at = self.now
+            if chunk not in src.chunks:
+                src.chunks.add(chunk)
+                self._hold(name, chunk)
 
     def seen(self, name: str) -> None:
         """The holder view lists ``name`` as alive now (without news of its chunks)."""
@@ -186,13 +264,17 @@ class ChunkPlanner:
 
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool."""
-        self.sources.pop(name, None)
+        src = self.sources.pop(name, None)
+        if src is not None:
+            for c in src.chunks:
+                self._drop(name, c)
         lost = []
         for c, st in list(self._chunks.items()):
             if st.requested.pop(name, None) is not None:
                 lost.append(c)
                 if not st.requested:
                     del self._chunks[c]
+                    self._return(c)
         return lost
 
     def set_dc_fetchers(self, names: Iterable[str], members: Iterable[str] = ()) -> None:
@@ -203,10 +285,17 @@ class ChunkPlanner:
         if fetchers != self.dc_fetchers or others != self.dc_members:
             self.dc_fetchers, self.dc_members = fetchers, others
             self._owners.clear()
+            for c in list(self._asleep):  # turns changed: look again
+                del self._asleep[c]
+                self._return(c)
 
     def received(self, chunk: int, source: str) -> list[Request]:
         """``chunk`` arrived verified from ``source``; returns duplicate requests to cancel."""
-        self.have[chunk] = 1
+        if not self.have[chunk]:
+            self.have[chunk] = 1
+            self._missing -= 1
+        self._unbucket(chunk)
+        self._asleep.pop(chunk, None)
         self._waiting.pop(chunk, None)
         st = self._chunks.pop(chunk, None)
         self._release(source)
@@ -226,6 +315,7 @@ class ChunkPlanner:
             st.requested.pop(source, None)
             if not st.requested:
                 del self._chunks[chunk]
+                self._return(chunk)
         self._release(source)
         src = self.sources.get(source)
         if src is None:
@@ -252,7 +342,7 @@ class ChunkPlanner:
 
     @property
     def done(self) -> bool:
-        return all(self.have)
+        return self._missing == 0
 
     @property
     def inflight(self) -> int:
@@ -264,46 +354,81 @@ class ChunkPlanner:
     def _usable(self, src: SourceInfo) -> bool:
         return not src.banned and src.blocked_until <= self.now
 
+    def _candidates(self) -> Iterator[int]:
+        """Requestable chunks: rarest first (seeded order within a rarity), or in the plain
+        seeded order for the first ``initial_random`` picks. Chunks nobody holds are not
+        candidates. The caller may take the chunk it was just given out of the pool."""
+        if self._picked < self.cfg.initial_random:
+            ranks = sorted(r for k, rs in self._buckets.items() if k > 0 for r in rs)
+            yield from (self._order[r] for r in ranks)
+            return
+        for k in sorted(self._buckets):
+            if k == 0:
+                continue
+            ranks, i = self._buckets[k], 0
+            while i < len(ranks):  # lazily: a call usually stops after a few chunks
+                c = self._order[ranks[i]]
+                yield c
+                if i < len(ranks) and ranks[i] == self._rank[c]:
+                    i += 1  # still there; else the caller took it out and the rest shifted
+
     def next_requests(self) -> list[Request]:
         """New requests to send now, within every limit."""
         budget = self.cfg.total - self.inflight
         if budget <= 0:
             return []
-        usable = {n: s for n, s in self.sources.items() if self._usable(s)}
-        wanted = [c for c in self._order if not self.have[c] and c not in self._chunks]
-        if not wanted:
-            return self._endgame(usable, budget)
-        holders: dict[int, list[str]] = {c: [] for c in wanted}
         blocked = self._blocked
         if blocked:
             for key in [k for k, until in blocked.items() if until <= self.now]:
                 del blocked[key]
-        for name, s in usable.items():
-            for c in s.chunks:
-                if c in holders and (name, c) not in blocked:
-                    holders[c].append(name)
-        if self._picked >= self.cfg.initial_random:  # rarest first; stable seeded tie-break
-            wanted.sort(key=lambda c: (len(holders[c]), self._rank[c]))
+        usable = {n: s for n, s in self.sources.items() if self._usable(s)}
+        free = {n for n, s in usable.items() if s.inflight < self.cfg.per_source}
+        if not free:
+            return []
+        if not any(self._buckets.values()) and not self._asleep:
+            return self._endgame(usable, free, budget)
         out: list[Request] = []
-        for c in wanted:
-            if len(out) >= budget:
+        # When the nearest holders of the rarest chunks are all busy, every candidate may be
+        # unservable now; stop looking after a bounded run of them (completions will call
+        # again soon) instead of walking the whole version on every call.
+        patience = SCAN_PATIENCE + 2 * budget
+        rank_of = {n: s.rank for n, s in usable.items()}
+        for c in self._candidates():
+            if len(out) >= budget or not free or patience <= 0:
                 break
-            cands = holders[c]
-            if not cands:
+            if not self._bucketed[c]:
                 continue
-            best = min(usable[n].rank for n in cands)
+            patience -= 1
+            # One pass over the holders: the best rank, and the least-loaded free source
+            # at that rank (a chunk is only ever asked of its nearest holders).
+            best, src = 1 << 30, None
+            for n in self._holders[c]:
+                r = rank_of.get(n)
+                if r is None or r > best or (n, c) in blocked:
+                    continue
+                if r < best:
+                    best, src = r, None
+                if n in free and (
+                    src is None or (self.sources[n].inflight, n) < (self.sources[src].inflight, src)
+                ):
+                    src = n
+            if best == 1 << 30:
+                continue  # no usable holder now
             wan = best >= 2 * WAN_TIER
             if wan and not self._may_cross_wan(c):
                 continue
-            src = self._least_loaded([n for n in cands if usable[n].rank == best], usable)
             if src is None:
-                continue
+                continue  # its nearest holders are busy
             out.append(self._request(src, c, duplicate=False))
+            patience = SCAN_PATIENCE + 2 * budget
+            if self.sources[src].inflight >= self.cfg.per_source:
+                free.discard(src)
             if wan:
                 self.wan_requests += 1
         return out
 
     def _may_cross_wan(self, chunk: int) -> bool:
+        """May we fetch ``chunk`` across the WAN now? If not, it sleeps until it might."""
         order = self._owners.get(chunk)
         if order is None:
             order = self._owners[chunk] = owner_order(chunk, [*self.dc_fetchers, *self.dc_members])
@@ -311,51 +436,58 @@ class ChunkPlanner:
         if turn == 0:
             return True
         since = self._waiting.setdefault(chunk, self.now)
-        if self.now - since < turn * self.cfg.owner_timeout:
+        our_turn = since + turn * self.cfg.owner_timeout
+        if self.now < our_turn:
+            self._sleep(chunk, our_turn)
             return False
         # Our turn by the clock; but an owner ahead of us that the holder view still lists
         # (alive, fetching this version) will bring it, however slow its WAN: a second WAN
         # copy would only slow both down. Take over only from owners that died, failed us,
         # or are not fetching at all.
-        return not any(
-            (s := self.sources.get(ahead)) is not None
+        alive = [
+            s.seen_at
+            for ahead in order[:turn]
+            if (s := self.sources.get(ahead)) is not None
             and not s.banned
             and self.now - s.seen_at < self.cfg.owner_timeout
-            for ahead in order[:turn]
-        )
+        ]
+        if alive:
+            self._sleep(chunk, min(alive) + self.cfg.owner_timeout)
+            return False
+        return True
 
-    def _least_loaded(self, names: list[str], usable: dict[str, SourceInfo]) -> str | None:
-        free = [n for n in names if usable[n].inflight < self.cfg.per_source]
-        return min(free, key=lambda n: (usable[n].inflight, n)) if free else None
+    def _least_loaded(self, names: list[str]) -> str | None:
+        return min(names, key=lambda n: (self.sources[n].inflight, n)) if names else None
 
     def _request(self, source: str, chunk: int, duplicate: bool) -> Request:
         st = self._chunks.setdefault(chunk, _Chunk())
         st.requested[source] = duplicate
+        self._unbucket(chunk)
         self.sources[source].inflight += 1
         self._picked += 1
         return Request(source, chunk, duplicate)
 
-    def _endgame(self, usable: dict[str, SourceInfo], budget: int) -> list[Request]:
+    def _endgame(self, usable: dict[str, SourceInfo], free: set[str], budget: int) -> list[Request]:
         out: list[Request] = []
-        for c in self._order:
-            if len(out) >= budget:
+        for c in sorted(self._chunks, key=self._rank.__getitem__):
+            if len(out) >= budget or not free:
                 break
-            st = self._chunks.get(c)
-            if self.have[c] or st is None or not st.requested:
-                continue
-            if len(st.requested) > self.cfg.endgame_copies:
+            st = self._chunks[c]
+            if self.have[c] or not st.requested or len(st.requested) > self.cfg.endgame_copies:
                 continue
             cands = [
                 n
-                for n, s in usable.items()
-                if c in s.chunks and n not in st.requested and (n, c) not in self._blocked
+                for n in self._holders[c]
+                if n in usable and n not in st.requested and (n, c) not in self._blocked
             ]
             if not cands:
                 continue
             best = min(usable[n].rank for n in cands)
             if best >= 2 * WAN_TIER:
                 continue  # a duplicate never crosses the WAN: that is the traffic we save
-            src = self._least_loaded([n for n in cands if usable[n].rank == best], usable)
+            src = self._least_loaded([n for n in cands if usable[n].rank == best and n in free])
             if src is not None:
                 out.append(self._request(src, c, duplicate=True))
+                if self.sources[src].inflight >= self.cfg.per_source:
+                    free.discard(src)
         return out

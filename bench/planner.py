@@ -1,0 +1,79 @@
+"""Planner cost per chunk against the cost of moving that chunk, same run.
+
+The planner runs once per completed chunk, so its time per call must stay far below the
+time the chunk itself takes to move, however many chunks a version has. The baseline here
+is a memcpy of one chunk on this machine (a lower bound for any transfer of it); the figure
+is planner time per completed chunk / memcpy time per chunk, for versions of 1,000 to
+35,000 chunks (4 GB to 140 GB at 4 MiB) and 8 sources.
+
+    python bench/planner.py --json out/planner.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+
+from bench.common import machine, median, print_table, write_json
+from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
+from tensorhub.core.swarm import ChunkPlanner, PlannerConfig
+
+
+def memcpy_seconds(nbytes: int, reps: int = 50) -> float:
+    src = torch.empty(nbytes, dtype=torch.uint8).fill_(1)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t)
+    return median(times)
+
+
+def planner_seconds_per_chunk(chunks: int, sources: int = 8, budget_s: float = 2.0) -> float:
+    """Run a fetch's request/complete cycle; the planner's time per completed chunk."""
+    p = ChunkPlanner("me", chunks, random.Random(0), PlannerConfig())
+    for i in range(sources):
+        p.set_source(f"s{i}", 1 + i % 3, range(chunks))
+    pending = p.next_requests()
+    n, t0 = 0, time.perf_counter()
+    while pending and time.perf_counter() - t0 < budget_s:
+        r = pending.pop(0)
+        p.received(r.chunk, r.source)
+        pending += p.next_requests()
+        n += 1
+    return (time.perf_counter() - t0) / max(n, 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    copy = memcpy_seconds(DEFAULT_CHUNK_SIZE)
+    rows, results = [], []
+    for chunks in (1_000, 10_000, 35_000):
+        per = planner_seconds_per_chunk(chunks)
+        rows.append([chunks, per * 1e6, copy * 1e6, per / copy])
+        results.append(
+            {"chunks": chunks, "planner_s_per_chunk": per, "ratio_to_memcpy": per / copy}
+        )
+    print_table(
+        "planner cost per completed 4 MiB chunk vs a memcpy of it",
+        ["chunks", "planner µs", "memcpy µs", "planner / memcpy"],
+        rows,
+    )
+    write_json(
+        args.json,
+        {"bench": "planner", "memcpy_s_per_chunk": copy, "results": results, "machine": machine()},
+    )
+
+
+if __name__ == "__main__":
+    main()
