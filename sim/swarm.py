@@ -65,6 +65,14 @@ class _Node:
     dead: bool = False
     wake_pending: bool = False
     inflight: dict[Request, Transfer | None] = field(default_factory=dict)
+    parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
+
+    def receiving(self, chunk: int) -> bool:
+        return any(r.chunk == chunk for r in self.inflight)
+
+    def settle(self, chunk: int) -> None:
+        for answer in self.parked.pop(chunk, []):
+            answer()
 
 
 def _ticket(t: Hashable) -> int:
@@ -161,6 +169,8 @@ class Swarm:
             if t is not None:
                 self.net.cancel(t)
         node.inflight.clear()
+        for c in list(node.parked):
+            node.settle(c)  # they find it dead
 
     @property
     def done(self) -> bool:
@@ -209,6 +219,9 @@ class Swarm:
             self.e.later(back, lambda: self._failed(f, r, "lost"))
             return
         if not src.have[c]:
+            if src.receiving(c):  # as the real peer does: answer once it has arrived
+                src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
+                return
             self.e.later(back, lambda: self._failed(f, r, Failure.MISSING))
             return
         if src.seeder is not None:
@@ -216,7 +229,9 @@ class Swarm:
             local_busy = remote and any(
                 self.c.hosts[g].dc == self.c.hosts[s].dc for g in self.fetchers
             )
-            d = src.seeder.decide(c, f, self.e.now, remote=remote, local_busy=local_busy)
+            d = src.seeder.decide(
+                c, f, self.e.now, remote=remote, local_busy=local_busy, alive=self._alive
+            )
             if not d.serve:
                 self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED, d.holders))
                 return
@@ -241,6 +256,9 @@ class Swarm:
             go()
         else:
             src.queued[ticket] = go
+
+    def _alive(self, name: str) -> bool:
+        return name in self.nodes and not self.nodes[name].dead
 
     def _release(self, s: str) -> None:
         src = self.nodes[s]
@@ -269,6 +287,7 @@ class Swarm:
         if not node.have[r.chunk]:
             node.have[r.chunk] = 1
             self.e.trace("chunk", f, r.chunk, s)
+            node.settle(r.chunk)
             self.e.later(self.cfg.hint_delay, lambda: self._announce(f, r.chunk))
         if p.done:
             node.finished = self.e.now
@@ -287,6 +306,9 @@ class Swarm:
         p = self._settle(f, r)
         if p is None:
             return
+        node = self.nodes[f]
+        if not node.have[r.chunk] and not node.receiving(r.chunk):
+            node.settle(r.chunk)  # who waited for it here learns it is not coming yet
         if why == "lost":
             p.remove_source(r.source)
             p.failed(r.chunk, r.source)

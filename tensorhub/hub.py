@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import torch
 
 from .core.errors import TensorHubError, TransferError
+from .core.gossip import Status
 from .core.gossip.holders import tier
 from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
@@ -316,9 +317,11 @@ class Hub:
         addr, loc = core.addr_of(name), core.locality_of(name)
         return None if addr is None or loc is None else (addr, tier(core.me.locality, loc))
 
-    def _seed_context(self, peer: str, replica: Any) -> tuple[bool, bool]:
-        """For super-seeding: is ``peer`` in another datacenter, and does ours have other
-        live members (they carry the version across the WAN instead of us)?
+    def _seed_context(
+        self, peer: str, replica: Any
+    ) -> tuple[bool, bool, Callable[[str], bool] | None]:
+        """For super-seeding: is ``peer`` in another datacenter, does ours have other live
+        members (they carry the version across the WAN instead of us), and who is alive?
 
         Members, not known fetchers: fetchers that start together are learnt of by gossip
         too late. If our members do not fetch, remote requests wait ``super_seed_after``
@@ -331,7 +334,10 @@ class Hub:
             n != core.name and (where := core.locality_of(n)) is not None and _dc(where) == my_dc
             for n in core.alive()
         )
-        return remote, local
+        return remote, local, self._alive
+
+    def _alive(self, name: str) -> bool:
+        return self.gossip.core.status(name) is Status.ALIVE
 
     async def _committed_root(self, model: str, version: int, shard: int) -> bytes:
         roots = await self.registry.version(model, version)

@@ -78,7 +78,7 @@ class Node:
             self.control,
             self.uploads,
             lambda peer, replica: (
-                self.seed_context(peer, replica) if self.seed_context else (False, False)
+                self.seed_context(peer, replica) if self.seed_context else (False, False, None)
             ),
             lambda: self.shaper,
         )

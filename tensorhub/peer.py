@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 ControlHandler = Callable[["PeerHandler", Message], None]
 """Receives a control-plane message (Raft, registry, gossip) that arrived on a connection."""
 
-SeedContext = Callable[[str, Replica], tuple[bool, bool]]
+SeedContext = Callable[[str, Replica], tuple[bool, bool, Callable[[str], bool] | None]]
 """For a super-seeding origin: (requesting node, replica) → (the requester is in another
-datacenter, other nodes of ours are fetching this version)."""
+datacenter, other nodes of ours are fetching this version, whether a node is alive)."""
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
@@ -197,6 +197,9 @@ class PeerHandler:
             elif not 0 <= msg.chunk < replica.manifest.num_chunks:
                 self._out.append(_Reply(Error("bad_chunk", f"no chunk {msg.chunk}", msg.req)))
             elif not replica.have[msg.chunk]:
+                if msg.chunk in replica.incoming:
+                    replica.park(msg.chunk, lambda: self._unpark(msg))
+                    return
                 self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
             elif not self._uploads.admit():
                 self._out.append(_Reply(Error("busy", "upload queue full", msg.req)))
@@ -206,15 +209,23 @@ class PeerHandler:
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         self._wake.set()
 
+    def _unpark(self, msg: GetChunk) -> None:
+        """A parked request's chunk arrived (or will not): answer it now, as if it had
+        just come in, unless its connection is gone."""
+        if not self.conn.is_closing:
+            self._queue_reply(msg)
+
     def _queue_chunk(self, msg: GetChunk, replica: Replica) -> None:
         peer = self.conn.peer or "?"
         seeder = replica.seeder
         if seeder is not None:
             now = asyncio.get_running_loop().time()
-            remote, local_busy = (
-                self._seed_context(peer, replica) if self._seed_context else (False, False)
+            remote, local_busy, alive = (
+                self._seed_context(peer, replica) if self._seed_context else (False, False, None)
             )
-            d = seeder.decide(msg.chunk, peer, now, remote=remote, local_busy=local_busy)
+            d = seeder.decide(
+                msg.chunk, peer, now, remote=remote, local_busy=local_busy, alive=alive
+            )
             if not d.serve:
                 self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))
                 return

@@ -8,7 +8,7 @@ marked held only after its digest matched (so it is never served or advertised b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .core.errors import TensorHubError
@@ -34,6 +34,8 @@ class Replica:
     uploads: int = 0
     withdrawn: bool = False
     seeder: SuperSeeder | None = None  # set on an origin's replica: it super-seeds
+    incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
+    _parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -51,6 +53,21 @@ class Replica:
 
     def mark(self, chunk: int) -> None:
         self.have[chunk] = 1
+        self.settle(chunk)
+
+    def park(self, chunk: int, answer: Callable[[], None]) -> None:
+        """A peer asked for ``chunk`` while it is on its way here: answer once it is
+        verified (or once it is not coming after all), instead of "not yet" and a retry."""
+        self._parked.setdefault(chunk, []).append(answer)
+
+    def settle(self, chunk: int) -> None:
+        """``chunk`` arrived, or its requests ended without it: answer who waited for it."""
+        for answer in self._parked.pop(chunk, []):
+            answer()
+
+    def settle_all(self) -> None:
+        for chunk in list(self._parked):
+            self.settle(chunk)
 
     def begin_upload(self) -> None:
         self.uploads += 1
@@ -96,6 +113,8 @@ class LocalStore:
         r = self.get(model, version)
         r.withdrawn = True
         del self._replicas[(model, version)]
+        r.incoming.clear()
+        r.settle_all()  # parked requests now learn it is gone
         return r
 
     def __iter__(self) -> Iterator[Replica]:

@@ -151,12 +151,17 @@ async def swarm_fetch(
         running[task] = r
         tasks[r] = task
         began[r] = time.monotonic()
+        replica.incoming.add(r.chunk)  # peers asking for it meanwhile wait for it here
 
     def finish(r: Request) -> None:
         began.pop(r, None)
         tasks.pop(r, None)
         calls.pop(r, None)
         scratch.pop(r, None)
+        if not any(q.chunk == r.chunk for q in tasks):  # no other copy of it on its way
+            replica.incoming.discard(r.chunk)
+            if not replica.have[r.chunk]:
+                replica.settle(r.chunk)  # who waited for it learns it is not coming yet
 
     def abandon(r: Request) -> None:
         """Drop a losing copy now: its bytes can no longer reach the destination."""

@@ -13,8 +13,9 @@ from tensorhub.core.errors import ChecksumMismatch, TransferError
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
 from tensorhub.core.wire import encode_header
+from tensorhub.io.shaping import Link, WanShaper
 from tensorhub.io.tcp import Connection
-from tensorhub.io.tensors import empty_like_manifest
+from tensorhub.io.tensors import TensorBytes, empty_like_manifest
 from tensorhub.node import Node
 from tensorhub.peer import PeerHandler
 from tensorhub.store import Replica
@@ -162,8 +163,6 @@ async def test_partial_prefix_serving_while_fetching() -> None:
         assert not partial.complete and sorted(got) == list(range(n // 2))
         peer = await late.peer(relay.address)
         manifest = await peer.get_manifest("m", 1, m.root)
-        from tensorhub.io.tensors import TensorBytes
-
         mine = Replica(
             "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
         )
@@ -345,3 +344,35 @@ async def test_only_corrupt_holders_end_in_checksum_mismatch_after_retries() -> 
                 me, "m", 1, empty_like_manifest(m), [Holder(liar.address, 1)], stall_timeout=0.5
             )
         assert len(me.store) == 0  # nothing half-fetched is held or advertised
+
+
+async def test_a_request_for_a_chunk_on_its_way_waits_for_it_instead_of_failing() -> None:
+    """Asked for a chunk it is receiving right now, a node answers once the chunk is
+    verified (no "not yet" and retry: that round trip is what redirects lead to)."""
+    sd = model(4)
+    async with nodes(3) as (a, relay, late):
+        m = a.serve("m", 1, sd, chunk_size=2 << 20)
+        a.shaper = WanShaper("dcA", {"dcB": Link(4e6)}, lambda _name: "dcB")  # slow uploads
+        task = asyncio.create_task(
+            swarm_fetch(
+                relay,
+                "m",
+                1,
+                empty_like_manifest(m),
+                [Holder(a.address, 1)],
+                config=PlannerConfig(per_source=1, total=1, endgame_copies=0),
+            )
+        )
+        while not len(relay.store) or not next(iter(relay.store)).incoming:
+            await asyncio.sleep(0.002)
+        partial = next(iter(relay.store))
+        (c,) = partial.incoming
+        assert not partial.have[c]
+        peer = await late.peer(relay.address)
+        manifest = await peer.get_manifest("m", 1, m.root)
+        mine = Replica(
+            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
+        )
+        await asyncio.wait_for(peer.get_chunk(mine, c), 10)  # parked, then served, verified
+        assert mine.have[c] and partial.have[c]
+        await task

@@ -108,3 +108,15 @@ def test_property_slots_fair_share(seed: int) -> None:
     window = grants[: 3 * min(Counter(grants).values())]
     counts = Counter(window)
     assert max(counts.values()) - min(counts.values()) <= 1, counts
+
+
+def test_known_live_recipients_get_longer_and_dead_ones_none() -> None:
+    s = SuperSeeder(2, reserve_after=10)
+    s.sent(0, "a", now=0)
+    alive = {"a": True}
+    assert not s.decide(0, "b", now=1, alive=alive.__getitem__).serve
+    assert not s.decide(0, "b", now=50, alive=alive.__getitem__).serve  # alive: slow, wait
+    assert s.decide(0, "b", now=101, alive=alive.__getitem__).serve  # stuck: 10x reserve
+    s.sent(0, "b", now=101)
+    alive.update(a=False, b=False)
+    assert s.decide(0, "c", now=102, alive=alive.__getitem__).serve  # all recipients died

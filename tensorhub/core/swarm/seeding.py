@@ -14,14 +14,22 @@ Across datacenters the origin also keeps the WAN clean: while nodes of its own d
 are fetching, a request from another datacenter is redirected to them, so each chunk
 leaves the origin once and crosses the WAN from a fetcher — never back again.
 
-Nothing here may starve a fetcher: a chunk that was refused for ``reserve_after`` (the
-recipients died, were slow, or never passed it on) is served again. Time is an input (any monotonic
-clock in the caller's unit), so the simulator and the real driver run this same code.
+Nothing here may starve a fetcher: a chunk whose recipients all died is served again at
+once (when the caller can tell, from its membership view), and one refused for
+``reserve_after`` (recipients slow or stuck; ten times longer when they are known alive: a
+big version over a slow link takes a while to pass on) is served again. Time is an input
+(any monotonic clock in the caller's unit), so the simulator and the real driver run this
+same code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+STUCK_FACTOR = 10
+"""With liveness known, recipients that live get this many ``reserve_after`` to pass a
+chunk on before it is sent again."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,18 @@ class SuperSeeder:
         self.refusals = 0
 
     def decide(
-        self, chunk: int, peer: str, now: float, *, remote: bool = False, local_busy: bool = False
+        self,
+        chunk: int,
+        peer: str,
+        now: float,
+        *,
+        remote: bool = False,
+        local_busy: bool = False,
+        alive: Callable[[str], bool] | None = None,
     ) -> SeedDecision:
         """May ``peer`` have ``chunk`` from us now? ``remote``: it is in another datacenter;
-        ``local_busy``: other nodes of our datacenter are fetching this version."""
+        ``local_busy``: other nodes of our datacenter are fetching this version; ``alive``:
+        whether a node is alive (the membership view), if known."""
         got = self.recipients.get(chunk, [])
         if peer in got:
             return SERVE  # a retry: the copy we sent was lost or corrupted on the way
@@ -54,7 +70,15 @@ class SuperSeeder:
         if not got and not (remote and local_busy):
             return SERVE
         since = self._refused_since.setdefault(chunk, now)
-        if now - since >= self.reserve_after:
+        if got and alive is not None:
+            if not any(alive(g) for g in got):
+                return SERVE  # everyone we gave it to died: it must go out again
+            # They live, so they will pass it on, however slowly (a big version, a slow
+            # link): wait much longer before suspecting they are stuck.
+            limit = self.reserve_after * STUCK_FACTOR
+        else:
+            limit = self.reserve_after
+        if now - since >= limit:
             return SERVE  # whoever got it has not passed it on: do not starve anyone
         self.refusals += 1
         return SeedDecision(False, tuple(got))
