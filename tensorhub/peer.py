@@ -212,8 +212,12 @@ class PeerHandler:
     def _unpark(self, msg: GetChunk) -> None:
         """A parked request's chunk arrived (or will not): answer it now, as if it had
         just come in, unless its connection is gone."""
-        if not self.conn.is_closing:
+        if self.conn.is_closing:
+            return
+        try:
             self._queue_reply(msg)
+        except ProtocolError as e:  # runs in another connection's callback: contain it
+            self.conn.abort(e)
 
     def _queue_chunk(self, msg: GetChunk, replica: Replica) -> None:
         peer = self.conn.peer or "?"
