@@ -45,7 +45,8 @@ from .swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 T = TypeVar("T")
 ROLE_KEY = "role"
 SUPER_SEED_AFTER = 1.0
-"""Seconds a published chunk's requests are refused (redirected) before it is sent again."""
+"""Seconds a published chunk's requests are refused (redirected) before it is sent again
+(ten times that while gossip lists a node it went to as alive; at once if all died)."""
 
 
 class UnknownVersion(TensorHubError):
@@ -242,13 +243,13 @@ class Hub:
 
     async def _drop_kept(self, model: str) -> None:
         """Let go of CPU copies of ``model`` no longer needed (superseded, not retained)."""
-        for m, v, shard in sorted(self._kept):
-            if m != model:
-                continue
-            with contextlib.suppress(TensorHubError):
-                if await self.registry.latest(model) > v and not await self.registry.retained(
-                    model, v
-                ):
+        kept = sorted(k for k in self._kept if k[0] == model)
+        if not kept:
+            return
+        with contextlib.suppress(TensorHubError):
+            latest = await self.registry.latest(model)
+            for m, v, shard in kept:
+                if v < latest and not await self.registry.retained(model, v):
                     self._kept.discard((m, v, shard))
                     await self._withdraw(_dp(m, shard), v)
 
