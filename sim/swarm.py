@@ -48,6 +48,7 @@ class SwarmConfig:
     super_seed: bool = True
     reserve_after: float = 1.0
     slots: int = 4
+    max_waiting: int = 256  # as the real node: beyond this, "busy"
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(owner_timeout=40))
 
 
@@ -108,13 +109,13 @@ class Swarm:
         self._tickets = 0
         n = cfg.chunks
         for o in origins:
-            node = self.nodes[o] = _Node(o, bytearray(b"\1" * n), slots=UploadSlots(cfg.slots))
+            node = self.nodes[o] = _Node(o, bytearray(b"\1" * n), slots=UploadSlots(cfg.slots, cfg.max_waiting))
             if cfg.super_seed:
                 node.seeder = SuperSeeder(n, cfg.reserve_after)
         for h in holders:  # complete replicas that are not origins (earlier fetchers)
-            self.nodes[h] = _Node(h, bytearray(b"\1" * n), slots=UploadSlots(cfg.slots))
+            self.nodes[h] = _Node(h, bytearray(b"\1" * n), slots=UploadSlots(cfg.slots, cfg.max_waiting))
         for f in fetchers:
-            self.nodes[f] = _Node(f, bytearray(n), slots=UploadSlots(cfg.slots))
+            self.nodes[f] = _Node(f, bytearray(n), slots=UploadSlots(cfg.slots, cfg.max_waiting))
         self.fetchers = list(fetchers)
         self._peer_sets(list(holders))
 
@@ -223,6 +224,9 @@ class Swarm:
                 src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
                 return
             self.e.later(back, lambda: self._failed(f, r, Failure.MISSING))
+            return
+        if not src.slots.admit():  # as the real peer: too many waiting, ask elsewhere
+            self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED))
             return
         if src.seeder is not None:
             remote = self.c.hosts[s].dc != self.c.hosts[f].dc
