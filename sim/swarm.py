@@ -108,14 +108,17 @@ class Swarm:
         self.origins = list(origins)
         self._tickets = 0
         n = cfg.chunks
+        def slots() -> UploadSlots:
+            return UploadSlots(cfg.slots, cfg.max_waiting)
+
         for o in origins:
-            node = self.nodes[o] = _Node(o, bytearray(b"\1" * n), slots=UploadSlots(cfg.slots, cfg.max_waiting))
+            node = self.nodes[o] = _Node(o, bytearray(b"\1" * n), slots=slots())
             if cfg.super_seed:
                 node.seeder = SuperSeeder(n, cfg.reserve_after)
         for h in holders:  # complete replicas that are not origins (earlier fetchers)
-            self.nodes[h] = _Node(h, bytearray(b"\1" * n), slots=UploadSlots(cfg.slots, cfg.max_waiting))
+            self.nodes[h] = _Node(h, bytearray(b"\1" * n), slots=slots())
         for f in fetchers:
-            self.nodes[f] = _Node(f, bytearray(n), slots=UploadSlots(cfg.slots, cfg.max_waiting))
+            self.nodes[f] = _Node(f, bytearray(n), slots=slots())
         self.fetchers = list(fetchers)
         self._peer_sets(list(holders))
 
