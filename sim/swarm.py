@@ -108,6 +108,7 @@ class Swarm:
         self.origins = list(origins)
         self._tickets = 0
         n = cfg.chunks
+
         def slots() -> UploadSlots:
             return UploadSlots(cfg.slots, cfg.max_waiting)
 
