@@ -121,6 +121,7 @@ class Swarm:
         for f in fetchers:
             self.nodes[f] = _Node(f, bytearray(n), slots=slots())
         self.fetchers = list(fetchers)
+        self._fetcher_dcs = {cluster.hosts[f].dc for f in fetchers}
         self._peer_sets(list(holders))
 
     # -- set-up --------------------------------------------------------------------------------
@@ -234,9 +235,7 @@ class Swarm:
             return
         if src.seeder is not None:
             remote = self.c.hosts[s].dc != self.c.hosts[f].dc
-            local_busy = remote and any(
-                self.c.hosts[g].dc == self.c.hosts[s].dc for g in self.fetchers
-            )
+            local_busy = remote and self.c.hosts[s].dc in self._fetcher_dcs
             d = src.seeder.decide(
                 c, f, self.e.now, remote=remote, local_busy=local_busy, alive=self._alive
             )

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 
 import torch
 
-from .core.digest import digest_parts
 from .core.errors import ChecksumMismatch
 from .core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
@@ -22,7 +21,7 @@ from .core.swarm import SuperSeeder
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
 from .io import tcp
 from .io.shaping import WanShaper
-from .io.tensors import TensorBytes, build_manifest, empty_like_manifest
+from .io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
 from .peer import ControlHandler, PeerHandler, SeedContext
 from .store import LocalStore, Replica
 from .uploads import Uploads
@@ -149,17 +148,11 @@ class Node:
 
         def copy() -> None:
             for i in range(m.num_chunks):
-                src = old.data.read_parts(i)
-                if digest_parts(src) != m.digests[i]:
+                if not copy_chunk(old.data, data, m, i):
                     raise ChecksumMismatch(
                         f"{model} v{version} chunk {i} changed while published "
                         "(the buffer must not change until unpublish returns)"
                     )
-                flat = b"".join(bytes(p) for p in src)
-                pos = 0
-                for part in data.write_parts(i):
-                    part[:] = flat[pos : pos + len(part)]
-                    pos += len(part)
 
         await asyncio.to_thread(copy)
         data.finalize()

@@ -253,19 +253,19 @@ class PeerHandler:
                 elif isinstance(reply.msg, ChunkData):
                     assert reply.replica is not None and reply.grant is not None
                     await reply.grant.ready  # an upload slot (fair among requesting peers)
-                    parts = reply.replica.data.read_parts(reply.chunk)
+                    r = reply.replica
+                    parts = r.data.read_parts(reply.chunk)
+                    n = r.manifest.layout.chunk_len(reply.chunk)
                     shaper = self._shaper()
                     if shaper is not None:  # WAN emulation: this node's share of the link
-                        await shaper.upload(conn.peer or "?", sum(len(p) for p in parts))
+                        await shaper.upload(conn.peer or "?", n)
                     await conn.send(reply.msg, parts)
                     # Sent, not yet flushed: the flusher ends the upload and frees the slot.
                     self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
                     if self._flusher is None:
                         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-                    n = sum(len(p) for p in parts)
                     self.chunks_served += 1
                     self.bytes_served += n
-                    r = reply.replica
                     self._uploads.count(conn.peer or "?", r.model, r.version, n)
                 else:
                     await conn.send(reply.msg)

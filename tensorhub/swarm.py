@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .core.digest import digest
 from .core.errors import (
     ChecksumMismatch,
     ManifestError,
@@ -39,7 +38,7 @@ from .core.errors import (
 from .core.manifest import Manifest
 from .core.swarm import ChunkPlanner, Failure, PlannerConfig, Request
 from .fetch import FetchResult
-from .io.tensors import TensorBytes
+from .io.tensors import TensorBytes, copy_chunk
 from .node import Node
 from .peer import PeerHandler
 from .store import Replica, UnknownVersion
@@ -332,13 +331,8 @@ def _copy_local(
         raise TransferError(f"a fetch of {model} v{version} is already in progress here")
     dest = TensorBytes.for_destination(m, into)
     for i in range(m.num_chunks):
-        pos = 0
-        src = b"".join(bytes(p) for p in replica.data.read_parts(i))
-        if digest(src) != m.digests[i]:
+        if not copy_chunk(replica.data, dest, m, i):
             raise ChecksumMismatch(f"chunk {i} of {model} v{version} changed in memory here")
-        for part in dest.write_parts(i):
-            part[:] = src[pos : pos + len(part)]
-            pos += len(part)
     dest.finalize()
     dt = time.perf_counter() - t0
     return FetchResult(model, version, m, m.total_bytes, m.num_chunks, dt, 0.0)

@@ -214,6 +214,15 @@ def empty_like_manifest(manifest: Manifest) -> dict[str, torch.Tensor]:
     return out
 
 
+def copy_chunk(src: TensorBytes, dst: TensorBytes, manifest: Manifest, i: int) -> bool:
+    """Copy chunk ``i`` between two buffers laid out by ``manifest``, part by part (the
+    parts match: both come from the layout's segments), and check the copy against the
+    manifest. False: the source did not hold the chunk it should (it changed)."""
+    for s, d in zip(src.read_parts(i), dst.write_parts(i), strict=True):
+        d[:] = s
+    return digest_parts(dst.read_parts(i)) == manifest.digests[i]
+
+
 def tensor_digests(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
     """xxh3-128 (hex) of each tensor's bytes: compare two state_dicts across processes."""
     return {k: digest(byte_view(t.contiguous())).hex() for k, t in tensors.items()}

@@ -285,6 +285,7 @@ class _Run:
             "bytes_received_by_dc_link": dict(sorted(received.items())),
             "bytes_uploaded_by_dc_link": dict(sorted(links.items())),
             "bytes_uploaded_by_node_link": dict(sorted(node_links.items())),
+            "wan_bytes_in_by_dc": remote_in,
             "wan_bytes_in_per_version_in_models": {
                 dc: (b / len(versions) / model_bytes if versions and model_bytes else 0.0)
                 for dc, b in remote_in.items()
@@ -346,10 +347,8 @@ def summary(res: dict[str, Any], console: Console) -> None:
     for v in res["versions"]:
         for f in v["fetches"]:
             by_dc[f["dc"]].append(f)
-    links = res["bytes_received_by_dc_link"]
-    for dc in sorted({n["at"].split("/")[0] for n in res["topology"]["nodes"]}):
+    for dc, wan_in in sorted(res["wan_bytes_in_by_dc"].items()):
         fs = by_dc.get(dc, [])
-        wan_in = sum(n for k, n in links.items() if _crosses_into(k, dc))
         dt.add_row(
             dc,
             str(len(fs)),
