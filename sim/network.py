@@ -9,6 +9,7 @@ simulate in seconds. Propagation delay is added once, at the start of a flow.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -98,22 +99,41 @@ class Network:
         self._last = self.engine.now
 
     def _reallocate(self) -> None:
-        """Max-min fair rates by progressive filling; then schedule the next completion."""
+        """Max-min fair rates by progressive filling; then schedule the next completion.
+
+        The link that fills first is popped from a heap keyed by its fair share (stale
+        entries are skipped), so a reallocation costs O((links + flows x hops) log links)
+        instead of a scan of every link per frozen level.
+        """
+        left: dict[str, float] = {}
+        active: dict[str, int] = {}
+        links: dict[str, Link] = {}
         for f in self.flows.values():
             f.rate = 0.0
-        left = {link.name: link.capacity for f in self.flows.values() for link in f.path}
-        links = {link.name: link for f in self.flows.values() for link in f.path}
-        active = {name: len(links[name].flows) for name in left}
-        unfrozen = dict(self.flows)
-        while unfrozen:
-            name = min((n for n in left if active[n] > 0), key=lambda n: (left[n] / active[n], n))
-            share = left[name] / active[name]
-            for fid in [i for i in links[name].flows if i in unfrozen]:
-                f = unfrozen.pop(fid)
+            for link in f.path:
+                if link.name not in links:
+                    links[link.name] = link
+                    left[link.name] = link.capacity
+                    active[link.name] = len(link.flows)
+        heap = [(left[n] / active[n], n) for n in links]
+        heapq.heapify(heap)
+        frozen: set[int] = set()
+        while heap:
+            share, name = heapq.heappop(heap)
+            n = active[name]
+            if n <= 0 or share != left[name] / n:
+                continue  # stale: this link's share changed since it was pushed
+            for fid, f in links[name].flows.items():
+                if fid in frozen:
+                    continue
+                frozen.add(fid)
                 f.rate = share
                 for lk in f.path:
                     left[lk.name] -= share
                     active[lk.name] -= 1
+                    if lk.name != name and active[lk.name] > 0:
+                        heapq.heappush(heap, (left[lk.name] / active[lk.name], lk.name))
+            active[name] = 0
         if self._next is not None:
             self._next.cancelled = True
             self._next = None

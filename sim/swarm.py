@@ -95,6 +95,7 @@ class Swarm:
         cfg: SwarmConfig,
         seed: int = 0,
         holders: Sequence[str] = (),
+        origin_chunks: dict[str, Sequence[int]] | None = None,
     ) -> None:
         self.e, self.net, self.c, self.cfg = engine, net, cluster, cfg
         self.chunk_bytes = size / cfg.chunks
@@ -112,8 +113,13 @@ class Swarm:
         def slots() -> UploadSlots:
             return UploadSlots(cfg.slots, cfg.max_waiting)
 
+        # An origin holds the whole version, or (a sharded trainer) its slice of it.
+        self.origin_chunks = {o: list((origin_chunks or {}).get(o, range(n))) for o in origins}
         for o in origins:
-            node = self.nodes[o] = _Node(o, bytearray(b"\1" * n), slots=slots())
+            have = bytearray(n)
+            for c in self.origin_chunks[o]:
+                have[c] = 1
+            node = self.nodes[o] = _Node(o, have, slots=slots())
             if cfg.super_seed:
                 node.seeder = SuperSeeder(n, cfg.reserve_after)
         for h in holders:  # complete replicas that are not origins (earlier fetchers)
@@ -145,7 +151,7 @@ class Swarm:
             rest = [g for g in others if g not in set(near)]
             peers = near + rng.sample(rest, min(len(rest), cfg.peers - len(near)))
             for o in self.origins:
-                node.planner.set_source(o, self.c.tier(f, o), range(cfg.chunks), origin=True)
+                node.planner.set_source(o, self.c.tier(f, o), self.origin_chunks[o], origin=True)
             for h in holders:
                 node.planner.set_source(h, self.c.tier(f, h), range(cfg.chunks))
             for p in peers:

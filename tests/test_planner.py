@@ -218,3 +218,23 @@ def test_gone_source_is_skipped_for_gone_ticks() -> None:
         assert p.next_requests() == []
     p.tick()
     assert len(p.next_requests()) == 1
+
+
+def test_blocked_rare_chunks_do_not_hide_chunks_a_peer_can_serve() -> None:
+    """Regression (sim, 32 hosts): the super-seeding origin refused every chunk it had
+    already sent; those chunks (held by it alone: the rarest) filled the front of the scan,
+    its patience ran out before it reached the chunks peers held, and fetchers sat idle
+    with servable chunks known. Chunks with every holder blocked now sleep out of the pool."""
+    p = planner(n=200, total=8, per_source=8, initial_random=0, refused_ticks=5)
+    p.set_source("origin", 1, range(200), origin=True)
+    asked = 0
+    while reqs := p.next_requests():  # every chunk asked of the origin once, and refused
+        asked += len(reqs)
+        for r in reqs:
+            p.failed(r.chunk, r.source, Failure.REFUSED)
+    assert asked == 200
+    p.set_source("peer", 1, [199])
+    assert [(q.source, q.chunk) for q in p.next_requests()] == [("peer", 199)]
+    for _ in range(5):
+        p.tick()
+    assert {q.source for q in p.next_requests()} == {"origin"}  # the blocks expired

@@ -120,3 +120,13 @@ def test_known_live_recipients_get_longer_and_dead_ones_none() -> None:
     s.sent(0, "b", now=101)
     alive.update(a=False, b=False)
     assert s.decide(0, "c", now=102, alive=alive.__getitem__).serve  # all recipients died
+
+
+def test_no_queue_admits_while_a_slot_is_free() -> None:
+    """max_waiting=0 means "never queue", not "never serve"."""
+    u = UploadSlots(slots=2, max_waiting=0)
+    assert u.admit() and u.request("a", 0)
+    assert u.admit() and u.request("b", 1)
+    assert not u.admit()
+    assert u.release() == []
+    assert u.admit()

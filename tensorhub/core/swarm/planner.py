@@ -193,8 +193,8 @@ class ChunkPlanner:
         self._holders[c].add(name)
         if was:
             self._bucket(c)
-        if c in self._asleep and self.sources[name].rank < 2 * WAN_TIER:
-            del self._asleep[c]  # no WAN crossing needed any more
+        if c in self._asleep and (c not in self._waiting or self.sources[name].rank < 2 * WAN_TIER):
+            del self._asleep[c]  # a new holder to ask; or no WAN crossing needed any more
             self._return(c)
 
     def _drop(self, name: str, c: int) -> None:
@@ -413,7 +413,11 @@ class ChunkPlanner:
                 ):
                     src = n
             if best == 1 << 30:
-                continue  # no usable holder now
+                # Every holder is backed off or has this chunk blocked: out of the pool
+                # until the first of them may be asked again (or a new holder appears), so
+                # that later scans do not spend their patience on it.
+                self._sleep(c, self._unblocked_at(c))
+                continue
             wan = best >= 2 * WAN_TIER
             if wan and not self._may_cross_wan(c):
                 continue
@@ -455,6 +459,15 @@ class ChunkPlanner:
             self._sleep(chunk, min(alive) + self.cfg.owner_timeout)
             return False
         return True
+
+    def _unblocked_at(self, c: int) -> int:
+        """The first tick at which some holder of ``c`` may be asked for it again."""
+        when = [
+            max(s.blocked_until, self._blocked.get((n, c), 0))
+            for n in self._holders[c]
+            if (s := self.sources.get(n)) is not None and not s.banned
+        ]
+        return max(min(when, default=self.now + self.cfg.gone_ticks), self.now + 1)
 
     def _least_loaded(self, names: list[str]) -> str | None:
         return min(names, key=lambda n: (self.sources[n].inflight, n)) if names else None

@@ -26,7 +26,7 @@ class UploadSlots:
 
     def admit(self) -> bool:
         """May one more request be queued? (False: answer "busy".)"""
-        if self.waiting >= self.max_waiting:
+        if self.active >= self.slots and self.waiting >= self.max_waiting:
             self.refused += 1
             return False
         return True
