@@ -8,7 +8,12 @@ interleaved run by run, receives the same tensor bytes over a blocking socket
 figure of merit is the ratio of medians; both are measured on the same machine minutes
 apart, so the noise of a shared 2-core VM cancels out as far as it can.
 
+``--transport ucx`` moves tensorhub's frames over UCX (ucxx) instead; the baseline stays the
+raw socket, so the ratio says what UCX buys (or costs) on this host. Where ``UCX_TLS`` is
+unset and the host has no RDMA device or GPU, UCX is pointed at loopback TCP.
+
     python bench/p2p.py --size 1GiB --json out.json
+    python bench/p2p.py --transport ucx --size 256MiB --json out.json
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import socket
 import sys
 import threading
@@ -28,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine, median, parse_size, print_table, write_json
 from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
+from tensorhub.io import ucx
 from tensorhub.io.loop import loop_name, run
 from tensorhub.io.tensors import byte_view, empty_like_manifest
 from tensorhub.node import Node
@@ -48,16 +55,16 @@ def _raw_sender(sock: socket.socket, views: list[memoryview]) -> None:
             conn.recv(1)
 
 
-def server_main(size: int, chunk_size: int, q: Any, stop: Any) -> None:
+def server_main(size: int, chunk_size: int, transport: str, q: Any, stop: Any) -> None:
     sd = llm_like_state_dict(size)
     views = [byte_view(t) for t in sd.values()]
     raw = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=_raw_sender, args=(raw, views), daemon=True).start()
 
     async def main() -> None:
-        node = await Node.start("bench-server", secret=SECRET)
+        node = await Node.start("bench-server", secret=SECRET, transport=transport)
         manifest = node.serve("bench", 1, sd, chunk_size=chunk_size)
-        q.put((node.address, raw.getsockname()[1], manifest.root, loop_name()))
+        q.put((node.address, node.ucx_address, raw.getsockname()[1], manifest.root, loop_name()))
         await asyncio.get_running_loop().run_in_executor(None, stop.wait)
         await node.close()
 
@@ -86,19 +93,24 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7, help="timed runs of each (after 1 warm-up)")
     ap.add_argument("--chunk-size", default=str(DEFAULT_CHUNK_SIZE))
     ap.add_argument("--window", type=int, default=8, help="chunk requests in flight")
-    ap.add_argument("--transport", default="tcp", choices=["tcp"])
+    ap.add_argument("--transport", default="tcp", choices=["tcp", "ucx"])
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args()
     size, chunk_size = parse_size(args.size), parse_size(args.chunk_size)
+    if args.transport == "ucx":
+        ucx.loopback_defaults()
 
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()
-    srv = ctx.Process(target=server_main, args=(size, chunk_size, q, stop), daemon=True)
+    srv = ctx.Process(
+        target=server_main, args=(size, chunk_size, args.transport, q, stop), daemon=True
+    )
     srv.start()
-    addr, raw_port, root, server_loop = q.get(timeout=300)
+    addr, ucx_addr, raw_port, root, server_loop = q.get(timeout=300)
 
     async def client() -> dict[str, Any]:
-        node = await Node.start("bench-client", secret=SECRET)
+        node = await Node.start("bench-client", secret=SECRET, transport=args.transport)
+        node.ucx_route = lambda a: ucx_addr if a == addr else None
         peer = await node.peer(addr)
         manifest = await peer.get_manifest("bench", 1, root)
         into = empty_like_manifest(manifest)
@@ -127,6 +139,7 @@ def main() -> None:
             "bytes": manifest.total_bytes,
             "chunks": manifest.num_chunks,
             "tensors": len(manifest.tensors),
+            "connection": type(peer.conn).__name__,
         }
 
     try:
@@ -141,7 +154,8 @@ def main() -> None:
     # machine; the median over pairs is the figure of merit.
     ratio = median([b / t for t, b in zip(res["tensorhub_s"], res["baseline_s"], strict=True)])
     print_table(
-        f"p2p: {n / 2**20:.0f} MiB, {res['tensors']} tensors, {res['chunks']} chunks of "
+        f"p2p over {args.transport} ({res['connection']}): {n / 2**20:.0f} MiB, "
+        f"{res['tensors']} tensors, {res['chunks']} chunks of "
         f"{chunk_size >> 10} KiB, window {args.window}, {args.runs} runs (median)",
         ["path", "GB/s", "runs (s)"],
         [
@@ -164,6 +178,8 @@ def main() -> None:
         {
             "bench": "p2p",
             "transport": args.transport,
+            "connection": res["connection"],
+            "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
             "bytes": n,
             "tensorhub_gbps": th_gbps,
             "baseline_gbps": raw_gbps,

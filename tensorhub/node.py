@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -19,7 +19,7 @@ from .core.manifest import Manifest
 from .core.messages import Message
 from .core.swarm import SuperSeeder
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
-from .io import tcp
+from .io import tcp, ucx
 from .io.shaping import WanShaper
 from .io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
 from .peer import ControlHandler, PeerHandler, SeedContext
@@ -36,14 +36,43 @@ def resolve_secret(secret: bytes | str | None) -> bytes:
     return secret.encode() if isinstance(secret, str) else bytes(secret)
 
 
+TRANSPORTS = ("auto", "tcp", "ucx")
+
+
+def want_ucx(transport: str | None) -> bool:
+    """Whether a node also listens on UCX: ``transport`` (or ``TENSORHUB_TRANSPORT``):
+    "tcp" never; "ucx" always (an error if no binding is installed); "auto" (the default)
+    when a binding is installed and there is something for UCX to be faster on — an RDMA
+    device or a GPU. Over plain loopback or Ethernet our TCP path is the faster one."""
+    transport = transport or os.environ.get("TENSORHUB_TRANSPORT", "auto")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r} is not one of {TRANSPORTS}")
+    if transport == "tcp":
+        return False
+    if transport == "ucx":
+        if not ucx.available():
+            raise RuntimeError("transport 'ucx' needs ucxx: pip install 'tensorhub[ucx]'")
+        return True
+    return ucx.available() and ucx.worthwhile()
+
+
 class Node:
-    """A tensorhub peer: serves what it holds, fetches from others."""
+    """A tensorhub peer: serves what it holds, fetches from others.
+
+    Every node listens on TCP (its address, its identity). With UCX it listens there too
+    (:attr:`ucx_address`); a connection to a peer goes over UCX when :attr:`ucx_route`
+    names that peer's UCX address — the layer that knows where peers are decides (the Hub:
+    same datacenter, both ends with UCX) — and over TCP otherwise.
+    """
 
     def __init__(self, name: str, secret: bytes) -> None:
         self.name = name
         self._secret = secret
         self.store = LocalStore()
         self._server: tcp.Server | None = None
+        self._ucx_server: ucx.UcxServer | None = None
+        self.ucx_route: Callable[[str], str | None] | None = None
+        """A peer's TCP address → its UCX address if this pair should use UCX, else None."""
         self._peers: dict[str, PeerHandler] = {}
         self._dialing: dict[str, asyncio.Task[PeerHandler]] = {}
         self.handlers: set[PeerHandler] = set()
@@ -57,18 +86,39 @@ class Node:
 
     @classmethod
     async def start(
-        cls, name: str, *, listen: str = "127.0.0.1:0", secret: bytes | str | None = None
+        cls,
+        name: str,
+        *,
+        listen: str = "127.0.0.1:0",
+        secret: bytes | str | None = None,
+        transport: str | None = None,
     ) -> Node:
+        """Listen on ``listen`` (TCP) and, if :func:`want_ucx` says so, on UCX (a free port
+        on the same host)."""
         node = cls(name, resolve_secret(secret))
         node._server = await tcp.listen(
             listen, node=name, secret=node._secret, handler_factory=node._handler
         )
+        if want_ucx(transport):
+            host, _port = tcp.parse_address(node._server.address)
+            try:
+                node._ucx_server = await ucx.listen(
+                    f"{host}:0", node=name, secret=node._secret, handler_factory=node._handler
+                )
+            except BaseException:
+                await node.close()
+                raise
         return node
 
     @property
     def address(self) -> str:
         assert self._server is not None, "node not started"
         return self._server.address
+
+    @property
+    def ucx_address(self) -> str | None:
+        """Where this node takes UCX connections (None: TCP only)."""
+        return self._ucx_server.address if self._ucx_server is not None else None
 
     def _handler(self, conn: tcp.Connection) -> PeerHandler:
         h = PeerHandler(
@@ -104,9 +154,16 @@ class Node:
             f.exception()  # retrieved: each waiter gets it; none may be left to log it
 
     async def _dial(self, addr: str) -> PeerHandler:
-        conn = await tcp.connect(
-            addr, node=self.name, secret=self._secret, handler_factory=self._handler
-        )
+        route = self.ucx_route(addr) if self.ucx_route and self.ucx_address else None
+        conn: tcp.Connection
+        if route is not None:
+            conn = await ucx.connect(
+                route, node=self.name, secret=self._secret, handler_factory=self._handler
+            )
+        else:
+            conn = await tcp.connect(
+                addr, node=self.name, secret=self._secret, handler_factory=self._handler
+            )
         handler = conn.handler
         assert isinstance(handler, PeerHandler)
         self._peers[addr] = handler
@@ -190,3 +247,5 @@ class Node:
             await h.aclose()
         if self._server is not None:
             await self._server.close()
+        if self._ucx_server is not None:
+            await self._ucx_server.close()

@@ -275,3 +275,29 @@ def test_divert_stops_writes_into_the_sink_and_keeps_the_stream_in_sync(
     if state["diverted"]:
         assert b"".join(bytes(p) for p in parts) == state["snapshot"]
     assert isinstance(events[-1], Frame) and events[-1].msg == GetChunk(10, "m", 1, 2)
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=6), st.booleans())
+def test_exact_reads_never_overshoot_and_stage_no_payload(sizes: list[int], sink: bool) -> None:
+    """A transport that must name exact sizes (UCX streams) reads ``wanted()`` at a time:
+    it never asks for a byte past the end of the stream, and payloads land in place."""
+    payload = bytes(i % 251 for i in range(sum(sizes)))
+    data = _chunk_stream(payload)
+    reader = FrameReader(BIG, staging=1024)
+    parts = [memoryview(bytearray(n)) for n in sizes]
+    events: list[object] = []
+    pos = 0
+    while pos < len(data):
+        buf = reader.get_buffer()
+        n = min(len(buf), reader.wanted())
+        assert 0 < n <= len(data) - pos
+        buf[:n] = data[pos : pos + n]
+        reader.buffer_updated(n)
+        pos += n
+        while (ev := reader.next_event()) is not None:
+            if isinstance(ev, Frame) and ev.payload_len and sink:
+                reader.set_sink(parts)
+            events.append(ev)
+    assert reader.at_frame_boundary and reader.staged_payload_bytes == 0
+    assert b"".join(bytes(p) for p in parts) == (payload if sink else bytes(len(payload)))
+    assert [type(e) for e in events] == [Frame, Payload, Frame]

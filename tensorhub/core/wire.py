@@ -152,6 +152,25 @@ class FrameReader:
             self._compact()
         return self._view[self._end :]
 
+    @property
+    def in_sink(self) -> bool:
+        """Whether the last :meth:`get_buffer` handed out payload (sink) memory."""
+        return self._into_sink
+
+    def wanted(self) -> int:
+        """How many bytes the reader can take now without reading past what it knows is
+        coming: for transports that read exact sizes (a UCX stream waits until the whole
+        buffer is filled, so asking for more than the peer sends would never return).
+
+        Call right after :meth:`get_buffer`; fill at most this much of it."""
+        if self._state == _PAYLOAD and self._part < len(self._parts):
+            return len(self._parts[self._part]) - self._part_off - (self._end - self._start)
+        avail = self._end - self._start
+        if avail < PREFIX.size:
+            return PREFIX.size - avail
+        hlen: int = PREFIX.unpack_from(self._buf, self._start)[3]
+        return max(PREFIX.size + hlen - avail, 1)
+
     def buffer_updated(self, n: int) -> None:
         """``n`` bytes were written into the last buffer from :meth:`get_buffer`."""
         if self._into_sink:
