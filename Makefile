@@ -12,7 +12,7 @@ TORCH_PIN ?= torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)"
-	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)" -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)" -e '.[dev,ucx]'
 	touch $(STAMP)
 
 venv: $(STAMP)

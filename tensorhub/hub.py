@@ -44,6 +44,8 @@ from .swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 
 T = TypeVar("T")
 ROLE_KEY = "role"
+UCX_KEY = "ucx"
+"""Gossiped: where a node takes UCX connections (absent: TCP only)."""
 SUPER_SEED_AFTER = 1.0
 """Seconds a published chunk's requests are refused (redirected) before it is sent again
 (ten times that while gossip lists a node it went to as alive; at once if all died)."""
@@ -88,6 +90,8 @@ class Hub:
         self._kept: set[tuple[str, int, int]] = set()  # CPU copies kept by unpublish
         self.fetches: deque[FetchResult] = deque(maxlen=64)  # recent, for status pages
         self.fetch_totals: Counter[str] = Counter()  # fetches, bytes, failed requests
+        self.ucx_across_dcs = False
+        """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
         self.super_seed_after: float | None = SUPER_SEED_AFTER
         """Publish as a super-seeding origin (None: serve every request, as a plain holder)."""
 
@@ -102,8 +106,13 @@ class Hub:
         voter: bool = False,
         data_dir: str | Path | None = None,
         secret: bytes | str | None = None,
+        transport: str | None = None,
     ) -> Hub:
-        node = await Node.start(name, listen=listen, secret=secret)
+        """``transport``: "auto" (default; or ``TENSORHUB_TRANSPORT``), "tcp" or "ucx" —
+        see :func:`~tensorhub.node.want_ucx`. With UCX, connections to peers of our own
+        datacenter that have it too go over UCX; everything else, across datacenters
+        included, over TCP (set :attr:`ucx_across_dcs` to change that)."""
+        node = await Node.start(name, listen=listen, secret=secret, transport=transport)
         try:
             gossip = GossipNode(
                 node, locality, seeds, data_dir=Path(data_dir) / "gossip" if data_dir else None
@@ -118,6 +127,9 @@ class Hub:
                 gossip.core.set_local(ROLE_KEY, b"voter")
             hub = cls(node, gossip, raft, seeds)
             node.seed_context = hub._seed_context
+            if node.ucx_address is not None:
+                gossip.core.set_local(UCX_KEY, node.ucx_address.encode())
+                node.ucx_route = hub._ucx_route
             await gossip.start()
             if raft is not None:
                 await raft.start()
@@ -144,6 +156,21 @@ class Hub:
             return None if loc is None else _dc(loc)
 
         self.node.shaper = WanShaper(_dc(self.locality), links, dc_of) if links else None
+
+    def _ucx_route(self, addr: str) -> str | None:
+        """The UCX address to dial for the peer at TCP ``addr``: when it gossips one and is
+        in our datacenter (or :attr:`ucx_across_dcs`); else None, and TCP is used."""
+        core = self.gossip.core
+        for n in core.alive():
+            if n != core.name and core.addr_of(n) == addr:
+                where = core.locality_of(n)
+                theirs = core.state.get(n, UCX_KEY)
+                if theirs is None or where is None:
+                    return None
+                if not self.ucx_across_dcs and _dc(where) != _dc(self.locality):
+                    return None
+                return theirs.decode()
+        return None
 
     def _voters(self) -> list[str]:
         if self.raft is not None:

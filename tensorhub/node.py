@@ -8,12 +8,13 @@ fetches whole versions from a named peer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Mapping
 
 import torch
 
-from .core.errors import ChecksumMismatch
+from .core.errors import ChecksumMismatch, TransferError
 from .core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.messages import Message
@@ -25,6 +26,8 @@ from .io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_mani
 from .peer import ControlHandler, PeerHandler, SeedContext
 from .store import LocalStore, Replica
 from .uploads import Uploads
+
+log = logging.getLogger(__name__)
 
 
 def resolve_secret(secret: bytes | str | None) -> bytes:
@@ -71,6 +74,7 @@ class Node:
         self.store = LocalStore()
         self._server: tcp.Server | None = None
         self._ucx_server: ucx.UcxServer | None = None
+        self._ucx_failed: set[str] = set()
         self.ucx_route: Callable[[str], str | None] | None = None
         """A peer's TCP address → its UCX address if this pair should use UCX, else None."""
         self._peers: dict[str, PeerHandler] = {}
@@ -138,7 +142,7 @@ class Node:
     async def peer(self, addr: str) -> PeerHandler:
         """An open connection to ``addr`` (one per address, dialled on first use)."""
         h = self._peers.get(addr)
-        if h is not None and not h.conn.is_closing:
+        if h is not None and not h.conn.is_closing and not self._better_route(addr, h):
             return h
         pending = self._dialing.get(addr)
         if pending is None:
@@ -153,14 +157,28 @@ class Node:
         if not f.cancelled():
             f.exception()  # retrieved: each waiter gets it; none may be left to log it
 
+    def _route(self, addr: str) -> str | None:
+        if self.ucx_route is None or self.ucx_address is None or addr in self._ucx_failed:
+            return None
+        return self.ucx_route(addr)
+
+    def _better_route(self, addr: str, h: PeerHandler) -> bool:
+        """A TCP connection made before we learnt the peer's UCX address (gossip dials
+        early) gives way to UCX; it stays open for what is in flight on it."""
+        return not isinstance(h.conn, ucx.UcxConnection) and self._route(addr) is not None
+
     async def _dial(self, addr: str) -> PeerHandler:
-        route = self.ucx_route(addr) if self.ucx_route and self.ucx_address else None
-        conn: tcp.Connection
+        route = self._route(addr)
+        conn: tcp.Connection | None = None
         if route is not None:
-            conn = await ucx.connect(
-                route, node=self.name, secret=self._secret, handler_factory=self._handler
-            )
-        else:
+            try:
+                conn = await ucx.connect(
+                    route, node=self.name, secret=self._secret, handler_factory=self._handler
+                )
+            except TransferError as e:  # UCX cannot reach it: TCP can, and will from now on
+                log.warning("%s: UCX to %s failed (%s); using TCP", self.name, route, e)
+                self._ucx_failed.add(addr)
+        if conn is None:
             conn = await tcp.connect(
                 addr, node=self.name, secret=self._secret, handler_factory=self._handler
             )

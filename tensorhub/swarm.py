@@ -162,11 +162,15 @@ async def swarm_fetch(
             if not replica.have[r.chunk]:
                 replica.settle(r.chunk)  # who waited for it learns it is not coming yet
 
+    landing: set[PeerHandler] = set()  # abandoned since we last waited for their receives
+
     def abandon(r: Request) -> None:
-        """Drop a losing copy now: its bytes can no longer reach the destination."""
+        """Drop a losing copy now: its bytes can no longer reach the destination (but for
+        a UCX receive already posted: :func:`settled` waits for those)."""
         call = calls.get(r)
         if call is not None:
             call[0].abandon(call[1])
+            landing.add(call[0])
         task = tasks.get(r)
         if task is not None:
             running.pop(task, None)
@@ -176,11 +180,17 @@ async def swarm_fetch(
                 task.cancel()
         finish(r)
 
-    def won(r: Request) -> None:
+    async def settled() -> None:
+        """Wait until no abandoned receive can still write into the destination."""
+        while landing:
+            await landing.pop().conn.quiesce()
+
+    async def won(r: Request) -> None:
         received[r.source] += manifest.layout.chunk_len(r.chunk)
         for loser in planner.received(r.chunk, r.source):
             abandon(loser)
         if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over
+            await settled()
             src = scratch[r][0]
             pos = 0
             for part in replica.data.write_parts(r.chunk):
@@ -244,22 +254,25 @@ async def swarm_fetch(
                 trouble["timed out"] += 1  # alive but not sending (a stalled holder)
                 abandon(r)
                 planner.failed(r.chunk, r.source)
+            await settled()  # before another copy of a timed-out chunk can land
             for task in done:
                 if task not in running:
                     continue  # abandoned while it completed
                 r = running.pop(task)
                 err = TransferError("request cancelled") if task.cancelled() else task.exception()
                 if err is None:
-                    won(r)
+                    await won(r)
                     last_progress = time.monotonic()
                     if on_chunk is not None:
                         on_chunk(replica, r.chunk)
                 else:
                     lost(r, err)
+        await settled()
         replica.data.finalize()
     except BaseException:
         for r in list(tasks):
             abandon(r)  # nothing may write into the caller's tensors after we return
+        await asyncio.shield(settled())
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
     t2 = time.perf_counter()
@@ -302,7 +315,7 @@ def _stuck(
             f"{what}: every holder of them sent corrupt data "
             f"({trouble['corrupt']} corrupt replies from {sorted(holders)[:4]})"
         )
-    return TransferError(f"{what}: no usable holder")
+    return TransferError(f"{what}: no usable holder ({dict(trouble)}; {sorted(planner.sources)})")
 
 
 def _held(node: Node, model: str, version: int) -> Replica | None:

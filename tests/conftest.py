@@ -11,6 +11,10 @@ import pytest
 import uvloop
 from hypothesis import HealthCheck, settings
 
+from tensorhub.io import ucx
+
+ucx.loopback_defaults()  # before any UCX context exists: UCX over loopback TCP in tests
+
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from tensorhub.core.errors import ChecksumMismatch
-from tensorhub.hub import Hub, NoHolder, PublishRejected, SyncHub, UnknownVersion
+from tensorhub.hub import UCX_KEY, Hub, NoHolder, PublishRejected, SyncHub, UnknownVersion
+from tensorhub.io import ucx
 from tensorhub.io.tensors import empty_like_manifest
+from tensorhub.io.ucx import UcxConnection
 
 from .models import same_bytes
 from .procs import free_ports
@@ -31,7 +33,9 @@ def weights(version: int, mib: int = 8) -> dict[str, torch.Tensor]:
 
 
 @contextlib.asynccontextmanager
-async def cluster(tmp: Path, rollouts: int = 3) -> AsyncIterator[tuple[list[Hub], list[Hub]]]:
+async def cluster(
+    tmp: Path, rollouts: int = 3, transport: str = "tcp"
+) -> AsyncIterator[tuple[list[Hub], list[Hub]]]:
     seeds = [f"127.0.0.1:{p}" for p in free_ports(3)]
     voters = [
         await Hub.start(
@@ -47,7 +51,11 @@ async def cluster(tmp: Path, rollouts: int = 3) -> AsyncIterator[tuple[list[Hub]
     ]
     rolls = [
         await Hub.start(
-            f"rollout{i}", locality=f"dc{i % 2}/rack{i}/r{i}", seeds=seeds, secret=SECRET
+            f"rollout{i}",
+            locality=f"dc{i % 2}/rack{i}/r{i}",
+            seeds=seeds,
+            secret=SECRET,
+            transport=transport,
         )
         for i in range(rollouts)
     ]
@@ -82,6 +90,26 @@ async def test_publish_fetch_latest_across_two_dcs(tmp_path: Path) -> None:
             assert all(same_bytes(weights(2)[k], into[k]) for k in into)
         finally:
             await late.close()
+
+
+@pytest.mark.skipif(not ucx.available(), reason="ucxx is not installed (tensorhub[ucx])")
+async def test_ucx_inside_a_datacenter_tcp_across(tmp_path: Path) -> None:
+    """Per peer pair: UCX where both ends have it and share a datacenter, TCP otherwise
+    (across the WAN, and to the voters, which run TCP only here)."""
+    async with cluster(tmp_path, rollouts=3, transport="ucx") as (voters, rolls):
+        a, remote, b = rolls  # dc0, dc1, dc0
+        for _ in range(500):  # until gossip has spread everyone's UCX address
+            if all(r.gossip.core.state.get(o.node.name, UCX_KEY) for r in rolls for o in rolls):
+                break
+            await asyncio.sleep(0.01)
+        assert isinstance((await b.node.peer(a.address)).conn, UcxConnection)
+        assert not isinstance((await remote.node.peer(a.address)).conn, UcxConnection)
+        assert not isinstance((await a.node.peer(voters[0].address)).conn, UcxConnection)
+        pub = await voters[0].publish("policy", 1, weights(1), chunk_size=1 << 20)
+        for r in (a, b, remote):  # b may take chunks from a over UCX, remote over TCP
+            into = empty_like_manifest(pub.manifest)
+            await r.fetch("policy", 1, into)
+            assert all(same_bytes(weights(1)[k], into[k]) for k in into)
 
 
 async def test_clear_errors(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ from tensorhub.core.errors import ChecksumMismatch, TransferError
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
 from tensorhub.core.wire import encode_header
+from tensorhub.io import ucx
 from tensorhub.io.shaping import Link, WanShaper
 from tensorhub.io.tcp import Connection
 from tensorhub.io.tensors import TensorBytes, empty_like_manifest
+from tensorhub.io.ucx import UcxConnection
 from tensorhub.node import Node
 from tensorhub.peer import PeerHandler
 from tensorhub.store import Replica
@@ -26,9 +28,28 @@ from .models import same_bytes
 SECRET = b"swarm-secret"
 
 
+UCX_ADDRESSES: dict[str, str] = {}
+
+
+@pytest.fixture(params=["tcp", "ucx"])
+def transport(request: pytest.FixtureRequest) -> str:
+    if request.param == "ucx" and not ucx.available():
+        pytest.skip("UCX transport: ucxx is not installed (pip install 'tensorhub[ucx]')")
+    return str(request.param)
+
+
+def routed(*started: Node) -> None:
+    """Dial each other over UCX where the nodes have it (what the Hub's routing does)."""
+    for node in started:
+        if node.ucx_address is not None:
+            UCX_ADDRESSES[node.address] = node.ucx_address
+            node.ucx_route = UCX_ADDRESSES.get
+
+
 @contextlib.asynccontextmanager
-async def nodes(n: int) -> AsyncIterator[list[Node]]:
-    started = [await Node.start(f"s{i}", secret=SECRET) for i in range(n)]
+async def nodes(n: int, transport: str = "tcp") -> AsyncIterator[list[Node]]:
+    started = [await Node.start(f"s{i}", secret=SECRET, transport=transport) for i in range(n)]
+    routed(*started)
     try:
         yield started
     finally:
@@ -45,9 +66,9 @@ def model(mib: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-async def test_many_holders_each_with_part_bit_identical() -> None:
+async def test_many_holders_each_with_part_bit_identical(transport: str) -> None:
     sd = model()
-    async with nodes(4) as (a, b, c, me):
+    async with nodes(4, transport) as (a, b, c, me):
         m = a.serve("m", 1, sd, chunk_size=1 << 20)
         b.serve("m", 1, sd, chunk_size=1 << 20)
         c.serve("m", 1, sd, chunk_size=1 << 20)
@@ -68,9 +89,9 @@ async def test_many_holders_each_with_part_bit_identical() -> None:
         assert me.store.get("m", 1).complete  # and it serves the version now
 
 
-async def test_holder_killed_mid_transfer_fetch_completes_from_others() -> None:
+async def test_holder_killed_mid_transfer_fetch_completes_from_others(transport: str) -> None:
     sd = model(32)
-    async with nodes(3) as (a, b, me):
+    async with nodes(3, transport) as (a, b, me):
         m = a.serve("m", 1, sd, chunk_size=1 << 20)
         b.serve("m", 1, sd, chunk_size=1 << 20)
         cfg = PlannerConfig(endgame_copies=0, per_source=2, total=4)
@@ -209,6 +230,12 @@ class _StallingHandler(PeerHandler):
                 continue
             assert reply.replica is not None and reply.grant is not None
             data = b"".join(bytes(p) for p in reply.replica.data.read_parts(reply.chunk))
+            if isinstance(self.conn, UcxConnection):  # messages: no half pieces; none at all
+                await self.conn._ep.send(encode_header(reply.msg, len(data)))
+                await self.release.wait()
+                for piece in ucx.pieces([bytes(len(data))]):  # zeros: not the manifest's
+                    await self.conn._ep.send(piece)
+                continue
             tr = self.conn._transport
             assert tr is not None
             tr.write(encode_header(reply.msg, len(data)))
@@ -224,12 +251,15 @@ class _StallingNode(Node):
         return h
 
 
-async def test_endgame_copy_beats_a_stalled_holder_whose_late_bytes_never_land() -> None:
+async def test_endgame_copy_beats_a_stalled_holder_whose_late_bytes_never_land(
+    transport: str,
+) -> None:
     sd = model(2)  # two 1 MiB chunks and a bit: all in flight at once, so endgame starts
     _StallingHandler.release = asyncio.Event()
-    stall = await _StallingNode.start("stall", secret=SECRET)
+    stall = await _StallingNode.start("stall", secret=SECRET, transport=transport)
+    routed(stall)
     try:
-        async with nodes(2) as (honest, me):
+        async with nodes(2, transport) as (honest, me):
             m = stall.serve("m", 1, sd, chunk_size=1 << 20)
             honest.serve("m", 1, sd, chunk_size=1 << 20)
             into = empty_like_manifest(m)
@@ -258,12 +288,13 @@ async def test_endgame_copy_beats_a_stalled_holder_whose_late_bytes_never_land()
         await stall.close()
 
 
-async def test_request_to_a_stalled_holder_times_out_and_others_finish() -> None:
+async def test_request_to_a_stalled_holder_times_out_and_others_finish(transport: str) -> None:
     sd = model(8)
     _StallingHandler.release = asyncio.Event()
-    stall = await _StallingNode.start("stall", secret=SECRET)
+    stall = await _StallingNode.start("stall", secret=SECRET, transport=transport)
+    routed(stall)
     try:
-        async with nodes(2) as (honest, me):
+        async with nodes(2, transport) as (honest, me):
             m = stall.serve("m", 1, sd, chunk_size=1 << 20)
             honest.serve("m", 1, sd, chunk_size=1 << 20)
             into = empty_like_manifest(m)

@@ -1,4 +1,7 @@
-"""The real TCP stack on loopback: handshake, zero-copy transfer and every failure path."""
+"""The real transports on loopback: handshake, zero-copy transfer and every failure path.
+
+The transfer tests run over TCP and over UCX (ucxx on loopback TCP, ``UCX_TLS=tcp``); the
+ones that inject raw bytes into a socket are TCP's alone."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tensorhub.core.errors import (
     AuthenticationError,
@@ -17,7 +22,7 @@ from tensorhub.core.errors import (
 )
 from tensorhub.core.messages import GetChunk
 from tensorhub.core.wire import encode_header
-from tensorhub.io import tcp
+from tensorhub.io import tcp, ucx
 from tensorhub.io.tensors import empty_like_manifest
 from tensorhub.node import Node
 from tensorhub.peer import MAX_QUEUED_REQUESTS
@@ -27,9 +32,26 @@ from .models import awkward, every_dtype, same_bytes
 SECRET = b"test-secret"
 
 
+UCX_ADDRESSES: dict[str, str] = {}
+"""TCP address → UCX address of every UCX node a test started (the routing a Hub does)."""
+
+
+@pytest.fixture(params=["tcp", "ucx"])
+def transport(request: pytest.FixtureRequest) -> str:
+    if request.param == "ucx" and not ucx.available():
+        pytest.skip("UCX transport: ucxx is not installed (pip install 'tensorhub[ucx]')")
+    return str(request.param)
+
+
 @contextlib.asynccontextmanager
-async def nodes(n: int, secret: bytes = SECRET) -> AsyncIterator[list[Node]]:
-    started = [await Node.start(f"n{i}", secret=secret) for i in range(n)]
+async def nodes(
+    n: int, secret: bytes = SECRET, transport: str = "tcp"
+) -> AsyncIterator[list[Node]]:
+    started = [await Node.start(f"n{i}", secret=secret, transport=transport) for i in range(n)]
+    for node in started:
+        if node.ucx_address is not None:
+            UCX_ADDRESSES[node.address] = node.ucx_address
+            node.ucx_route = UCX_ADDRESSES.get
     try:
         yield started
     finally:
@@ -42,9 +64,9 @@ def big_model(mib: int = 32) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("make", [every_dtype, awkward], ids=["every_dtype", "awkward"])
-async def test_fetch_is_bit_identical(make: object) -> None:
+async def test_fetch_is_bit_identical(make: object, transport: str) -> None:
     sd = make()  # type: ignore[operator]
-    async with nodes(2) as (a, b):
+    async with nodes(2, transport=transport) as (a, b):
         m = a.serve("m", 1, sd, chunk_size=16384)
         into = empty_like_manifest(m)
         r = await b.fetch(a.address, "m", 1, into, expected_root=m.root)
@@ -52,20 +74,20 @@ async def test_fetch_is_bit_identical(make: object) -> None:
         for k, t in sd.items():
             assert same_bytes(t, into[k]), k
         # The fetcher now holds the version and serves it onward, verified.
-        async with nodes(1) as (c,):
+        async with nodes(1, transport=transport) as (c,):
             again = empty_like_manifest(m)
             await c.fetch(b.address, "m", 1, again, expected_root=m.root)
             for k, t in sd.items():
                 assert same_bytes(t, again[k]), k
 
 
-async def test_wrong_secret_is_refused_and_server_keeps_serving() -> None:
-    async with nodes(1) as (a,):
+async def test_wrong_secret_is_refused_and_server_keeps_serving(transport: str) -> None:
+    async with nodes(1, transport=transport) as (a,):
         m = a.serve("m", 1, {"x": torch.ones(10)})
-        async with nodes(1, secret=b"wrong") as (intruder,):
+        async with nodes(1, secret=b"wrong", transport=transport) as (intruder,):
             with pytest.raises(AuthenticationError):
                 await intruder.peer(a.address)
-        async with nodes(1) as (b,):
+        async with nodes(1, transport=transport) as (b,):
             into = empty_like_manifest(m)
             await b.fetch(a.address, "m", 1, into)
             assert torch.equal(into["x"], torch.ones(10))
@@ -116,8 +138,8 @@ async def test_garbage_after_auth_drops_only_that_connection() -> None:
         await b.fetch(a.address, "m", 1, empty_like_manifest(m))  # b redials
 
 
-async def test_unknown_version_is_a_clear_error() -> None:
-    async with nodes(2) as (a, b):
+async def test_unknown_version_is_a_clear_error(transport: str) -> None:
+    async with nodes(2, transport=transport) as (a, b):
         a.serve("m", 1, {"x": torch.ones(3)})
         with pytest.raises(TransferError, match=r"unknown_version: m v2 is not held"):
             await b.fetch(a.address, "m", 2, {"x": torch.zeros(3)})
@@ -127,16 +149,15 @@ async def test_unknown_version_is_a_clear_error() -> None:
         assert info.value.code == "unknown_version"  # the peer is alive; it lacks the version
 
 
-async def test_peer_vanishing_mid_transfer_fails_the_fetch_cleanly() -> None:
-    async with nodes(2) as (a, b):
+async def test_peer_vanishing_mid_transfer_fails_the_fetch_cleanly(transport: str) -> None:
+    async with nodes(2, transport=transport) as (a, b):
         m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
         into = empty_like_manifest(m)
         task = asyncio.create_task(b.fetch(a.address, "m", 1, into, window=2))
         while not a.handlers or not any(h.chunks_served for h in a.handlers):
             await asyncio.sleep(0.001)
         for h in list(a.handlers):
-            assert h.conn._transport is not None
-            h.conn._transport.abort()  # like kill -9: no goodbye
+            h.conn.kill()  # like kill -9: no goodbye
         with pytest.raises(TransferError, match=r"vanished|lost|closed"):
             await task
         # b did not advertise a partial copy and can fetch again once the peer is back.
@@ -145,8 +166,8 @@ async def test_peer_vanishing_mid_transfer_fails_the_fetch_cleanly() -> None:
         assert torch.equal(into["w"], big_model(64)["w"])
 
 
-async def test_corrupt_holder_is_detected() -> None:
-    async with nodes(2) as (a, b):
+async def test_corrupt_holder_is_detected(transport: str) -> None:
+    async with nodes(2, transport=transport) as (a, b):
         sd = big_model(4)
         m = a.serve("m", 1, sd, chunk_size=1 << 20)
         sd["w"][12345] = -1.0  # the holder's memory no longer matches its manifest
@@ -155,15 +176,15 @@ async def test_corrupt_holder_is_detected() -> None:
         assert len(b.store) == 0
 
 
-async def test_manifest_with_wrong_root_is_refused() -> None:
-    async with nodes(2) as (a, b):
+async def test_manifest_with_wrong_root_is_refused(transport: str) -> None:
+    async with nodes(2, transport=transport) as (a, b):
         a.serve("m", 1, {"x": torch.ones(3)})
         with pytest.raises(Exception, match="expected"):
             await b.fetch(a.address, "m", 1, {"x": torch.zeros(3)}, expected_root=b"\0" * 16)
 
 
-async def test_withdraw_waits_for_in_flight_uploads() -> None:
-    async with nodes(2) as (a, b):
+async def test_withdraw_waits_for_in_flight_uploads(transport: str) -> None:
+    async with nodes(2, transport=transport) as (a, b):
         sd = big_model(64)
         m = a.serve("m", 1, sd, chunk_size=1 << 20)
         replica = a.store.get("m", 1)
@@ -179,13 +200,12 @@ async def test_withdraw_waits_for_in_flight_uploads() -> None:
         assert len(b.store) == 0
 
 
-async def test_slow_reader_gets_backpressure_not_unbounded_buffers() -> None:
-    async with nodes(2) as (a, b):
+async def test_slow_reader_gets_backpressure_not_unbounded_buffers(transport: str) -> None:
+    async with nodes(2, transport=transport) as (a, b):
         m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
         peer = await b.peer(a.address)
         manifest = await peer.get_manifest("m", 1)
-        assert peer.conn._transport is not None
-        peer.conn._transport.pause_reading()
+        peer.conn.pause_reading()
         from tensorhub.io.tensors import TensorBytes
         from tensorhub.store import Replica
 
@@ -195,10 +215,9 @@ async def test_slow_reader_gets_backpressure_not_unbounded_buffers() -> None:
         tasks = [asyncio.create_task(peer.get_chunk(replica, i)) for i in range(40)]
         await asyncio.sleep(0.3)
         server_conn = next(iter(a.handlers)).conn
-        assert server_conn._transport is not None
-        buffered = server_conn._transport.get_write_buffer_size()
+        buffered = server_conn.unsent
         assert buffered <= tcp.HIGH_WATER + (1 << 20) + 4096, buffered
-        peer.conn._transport.resume_reading()
+        peer.conn.resume_reading()
         await asyncio.gather(*tasks)
         assert replica.complete is False and replica.held == 40
 
@@ -216,3 +235,18 @@ async def test_request_flood_is_a_protocol_violation() -> None:
         server = next(iter(a.handlers))
         await asyncio.wait_for(server.conn.closed, 5)
         assert "requests queued" in str(server.conn.error)
+
+
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=6), st.integers(1, 128))
+def test_ucx_pieces_cut_every_piece_whatever_the_parts(sizes: list[int], piece: int) -> None:
+    """Sender and receiver cut a payload at the same offsets (every PIECE bytes), however
+    each side's memory is split; the sender copies only pieces that straddle parts."""
+    data = bytes(i % 253 for i in range(sum(sizes)))
+    parts, off = [], 0
+    for n in sizes:
+        parts.append(memoryview(data)[off : off + n])
+        off += n
+    out = list(ucx.pieces(parts, piece))
+    assert b"".join(bytes(p) for p in out) == data
+    assert all(len(p) == piece for p in out[:-1]) and 0 < len(out[-1]) <= piece
+    assert sum(isinstance(p, bytearray) for p in out) <= len(sizes) - 1  # one per seam at most

@@ -277,27 +277,24 @@ def test_divert_stops_writes_into_the_sink_and_keeps_the_stream_in_sync(
     assert isinstance(events[-1], Frame) and events[-1].msg == GetChunk(10, "m", 1, 2)
 
 
-@given(st.lists(st.integers(1, 5000), min_size=1, max_size=6), st.booleans())
-def test_exact_reads_never_overshoot_and_stage_no_payload(sizes: list[int], sink: bool) -> None:
-    """A transport that must name exact sizes (UCX streams) reads ``wanted()`` at a time:
-    it never asks for a byte past the end of the stream, and payloads land in place."""
-    payload = bytes(i % 251 for i in range(sum(sizes)))
-    data = _chunk_stream(payload)
-    reader = FrameReader(BIG, staging=1024)
-    parts = [memoryview(bytearray(n)) for n in sizes]
-    events: list[object] = []
-    pos = 0
-    while pos < len(data):
-        buf = reader.get_buffer()
-        n = min(len(buf), reader.wanted())
-        assert 0 < n <= len(data) - pos
-        buf[:n] = data[pos : pos + n]
-        reader.buffer_updated(n)
-        pos += n
-        while (ev := reader.next_event()) is not None:
-            if isinstance(ev, Frame) and ev.payload_len and sink:
-                reader.set_sink(parts)
-            events.append(ev)
-    assert reader.at_frame_boundary and reader.staged_payload_bytes == 0
-    assert b"".join(bytes(p) for p in parts) == (payload if sink else bytes(len(payload)))
-    assert [type(e) for e in events] == [Frame, Payload, Frame]
+def test_payload_left_counts_down_what_a_message_transport_still_posts() -> None:
+    reader = FrameReader(BIG)
+    data = _chunk_stream(b"x" * 1000)
+    first = encode_header(ChunkData(9, 1), 1000)
+    buf = reader.get_buffer()
+    buf[: len(first)] = first
+    reader.buffer_updated(len(first))
+    assert isinstance(reader.next_event(), Frame)
+    assert reader.receiving_payload and reader.payload_left == 1000
+    parts = [memoryview(bytearray(600)), memoryview(bytearray(400))]
+    reader.set_sink(parts)
+    dest = reader.get_buffer()
+    assert len(dest) == 600
+    dest[:] = data[len(first) : len(first) + 600]
+    reader.buffer_updated(600)
+    assert reader.next_event() is None and reader.payload_left == 400
+    dest = reader.get_buffer()
+    dest[:] = data[len(first) + 600 : len(first) + 1000]
+    reader.buffer_updated(400)
+    assert isinstance(reader.next_event(), Payload)
+    assert not reader.receiving_payload and reader.payload_left == 0

@@ -153,23 +153,20 @@ class FrameReader:
         return self._view[self._end :]
 
     @property
-    def in_sink(self) -> bool:
-        """Whether the last :meth:`get_buffer` handed out payload (sink) memory."""
-        return self._into_sink
+    def receiving_payload(self) -> bool:
+        """Whether a frame's payload is being received (for message transports, which
+        post its pieces themselves)."""
+        return self._state in (_SINK_PENDING, _PAYLOAD)
 
-    def wanted(self) -> int:
-        """How many bytes the reader can take now without reading past what it knows is
-        coming: for transports that read exact sizes (a UCX stream waits until the whole
-        buffer is filled, so asking for more than the peer sends would never return).
-
-        Call right after :meth:`get_buffer`; fill at most this much of it."""
-        if self._state == _PAYLOAD and self._part < len(self._parts):
-            return len(self._parts[self._part]) - self._part_off - (self._end - self._start)
-        avail = self._end - self._start
-        if avail < PREFIX.size:
-            return PREFIX.size - avail
-        hlen: int = PREFIX.unpack_from(self._buf, self._start)[3]
-        return max(PREFIX.size + hlen - avail, 1)
+    @property
+    def payload_left(self) -> int:
+        """Bytes of the payload in progress not received yet."""
+        if self._state == _SINK_PENDING:
+            return self._payload_len
+        if self._state == _PAYLOAD:
+            rest = sum(len(p) for p in self._parts[self._part :]) - self._part_off
+            return rest - (self._end - self._start)
+        return 0
 
     def buffer_updated(self, n: int) -> None:
         """``n`` bytes were written into the last buffer from :meth:`get_buffer`."""

@@ -186,6 +186,10 @@ class Connection(asyncio.BufferedProtocol):
         """The payload being received goes to a throwaway buffer from now on."""
         self._reader.divert()
 
+    async def quiesce(self) -> None:
+        """Return once nothing received before a divert can still land in the old memory:
+        at once here (a socket read lands where the reader says at the moment it reads)."""
+
     def _on_payload(self, ev: Payload) -> None:
         assert self._handler is not None
         self._handler.on_payload(self, ev.msg, ev.parts)
@@ -248,11 +252,29 @@ class Connection(asyncio.BufferedProtocol):
         await self._can_write.wait()
 
     @property
+    def unsent(self) -> int:
+        """Bytes sent that still wait in our buffers (still referenced by us)."""
+        tr = self._transport
+        return tr.get_write_buffer_size() if tr is not None and not tr.is_closing() else 0
+
+    @property
     def flushed(self) -> int:
         """Bytes of what was sent that the kernel has taken (no longer referenced by us)."""
-        tr = self._transport
-        pending = tr.get_write_buffer_size() if tr is not None and not tr.is_closing() else 0
-        return self.bytes_sent - pending
+        return self.bytes_sent - self.unsent
+
+    def pause_reading(self) -> None:
+        """Stop reading (the peer's sends then back up: what backpressure tests use)."""
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    def kill(self) -> None:
+        """Drop the connection at once, no goodbye: a crashed peer, as the other end sees it."""
+        if self._transport is not None:
+            self._transport.abort()
 
     async def wait_flushed(self, mark: int, poll: float = 0.001) -> None:
         """Return once every byte up to ``mark`` of :attr:`bytes_sent` left our buffers.

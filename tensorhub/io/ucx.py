@@ -1,20 +1,23 @@
 """The TCP transport's frames and handshake over UCX (ucxx; or ucx-py's ``ucp`` where that
 is what is installed): RDMA, shared memory or GPU memory where UCX finds them.
 
-Why the UCX *stream* API: a frame is a prefix, a header and a payload that the receiver
-scatters into destination slices whose boundaries need not match the sender's parts. A UCX
-stream, like a TCP socket, carries bytes without message boundaries, so the receiver asks
-for exactly what the :class:`~tensorhub.core.wire.FrameReader` needs next
-(:meth:`~tensorhub.core.wire.FrameReader.wanted`): the prefix, the header, then each
-destination slice in place — no staging copy. Everything above the byte stream (the HMAC
-handshake, limits, handlers, backpressure, errors) is :class:`tcp.Connection`'s.
+On the wire a frame is UCX *tag* messages, in order on the endpoint: one message with the
+frame's prefix and header, then its payload cut at fixed offsets (every ``PIECE`` bytes of
+the payload). Both ends know the cuts from the payload length, so the receiver posts each
+piece straight into the destination slice the frame reader hands out, and copies through a
+small bounce buffer only a piece that straddles two destination slices (a tensor boundary);
+the sender likewise copies only pieces that straddle its own parts. Everything above the
+messages (the HMAC handshake, limits, handlers, backpressure, errors) is
+:class:`tcp.Connection`'s. (UCX's *stream* API would have matched TCP's byte stream
+exactly, but under traffic in both directions a posted stream receive sometimes never
+completed with ucxx 0.52; the tag API did not.)
 
 One difference matters to callers: a TCP read lands where the reader says at the moment of
-the read, while a UCX receive is posted ahead and writes its whole buffer. So receives into
-a payload are posted in pieces of at most ``PIECE`` bytes, and after
+the read, while a UCX receive is posted ahead and writes its whole buffer. After
 :meth:`UcxConnection.divert_payload` the piece already posted still lands in the old
 memory: :meth:`UcxConnection.quiesce` waits for it (the fetcher does, before it copies a
-winning duplicate over that memory or returns).
+winning duplicate over that memory or returns); a piece that does not land in time (a
+stalled peer) is cancelled by closing the endpoint.
 
 Enable with the ``tensorhub[ucx]`` extra. ``UCX_TLS``/``UCX_NET_DEVICES`` choose UCX's
 transports as usual (tests use ``tcp,self`` on ``lo``).
@@ -28,14 +31,14 @@ import importlib
 import logging
 import os
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..core.errors import TransferError
+from ..core.errors import ProtocolError, TransferError
 from ..core.messages import Error, Message
-from ..core.wire import encode_header
+from ..core.wire import PREFIX, encode_header
 from ..typing import Buffer
 from .tcp import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT, HIGH_WATER, Connection, Handler, parse_address
 
@@ -43,6 +46,8 @@ log = logging.getLogger(__name__)
 
 PIECE = 4 << 20
 """Largest single receive posted into a payload (bounds what lands after a divert)."""
+QUIESCE_TIMEOUT = 2.0
+"""Seconds a posted piece may take to land after a divert before the connection is dropped."""
 
 _BACKENDS = ("ucxx", "ucp")
 _state: dict[str, Any] = {}
@@ -103,37 +108,30 @@ def _ucx() -> ModuleType:
     return mod
 
 
-class _Stream:
-    """Stream send/receive on one endpoint of either binding. ucxx exposes them on its
-    low-level endpoint; ucx-py through ``ucp.comm`` (the calls its own handshake uses)."""
-
-    def __init__(self, ep: Any) -> None:
-        mod = backend()
-        assert mod is not None
-        self.ep = ep
-        self._send: Callable[[Any], Awaitable[Any]]
-        self._recv: Callable[[Any], Awaitable[Any]]
-        if mod.__name__ == "ucxx":
-            from ucxx._lib.arr import Array
-
-            low = ep._ep
-            self._send = lambda b: low.stream_send(Array(b)).wait()
-            self._recv = lambda b: low.stream_recv(Array(b)).wait()
-        else:  # ucx-py
-            from ucp import comm
-            from ucp._libs.arr import Array as UcpArray
-
-            self._send = lambda b: comm.stream_send(ep._ep, UcpArray(b), len(b))
-            self._recv = lambda b: comm.stream_recv(ep._ep, UcpArray(b), len(b))
-
-    async def send(self, buf: Buffer) -> None:
-        await self._send(buf)
-
-    async def recv(self, buf: memoryview) -> None:
-        await self._recv(buf)
-
-    def abort(self) -> None:
-        self.ep.abort()
+def pieces(parts: Sequence[Buffer], piece: int = 0) -> Iterator[Buffer]:
+    """A payload cut every ``piece`` (``PIECE``) bytes, as the receiver expects: slices
+    of the parts, joined (copied) only where a piece straddles two of them."""
+    size = piece or PIECE
+    views = [memoryview(p).cast("B") for p in parts]
+    i, off = 0, 0
+    while i < len(views):
+        if len(views[i]) - off >= size or i == len(views) - 1:
+            n = min(size, len(views[i]) - off)
+            yield views[i][off : off + n]
+            off += n
+        else:
+            out, need = bytearray(), size
+            while need and i < len(views):
+                take = views[i][off : off + need]
+                out += take
+                need -= len(take)
+                off += len(take)
+                if off == len(views[i]):
+                    i, off = i + 1, 0
+            yield out
+            continue
+        if off == len(views[i]):
+            i, off = i + 1, 0
 
 
 class UcxConnection(Connection):
@@ -141,15 +139,36 @@ class UcxConnection(Connection):
 
     def __init__(self, ep: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._stream = _Stream(ep)
-        self._queue: deque[list[Buffer]] = deque()
+        self._ep = ep
+        self._queue: deque[tuple[bytes, Sequence[Buffer]]] = deque()
         self._queued = asyncio.Event()
         self._unsent = 0  # bytes queued and not yet taken by UCX
         self._closing = False
         self._landing: asyncio.Future[None] | None = None  # a receive posted into a sink
         self._tasks: list[asyncio.Task[None]] = []
+        self._closer: asyncio.Future[None] | None = None
+        self._reading = asyncio.Event()
+        self._reading.set()
+        self._bounce = bytearray(PIECE)
 
     def start(self) -> None:
+        loop = self._loop
+
+        def closed_by_ucx() -> None:  # from UCX's progress thread
+            def lost() -> None:
+                if not self._closing:
+                    if not self._reader.at_frame_boundary:  # else a clean close, as TCP's EOF
+                        self.error = self.error or TransferError(
+                            f"UCX endpoint to {self.peer or '?'} closed mid-frame"
+                        )
+                    self._lost(None)
+
+            with contextlib.suppress(RuntimeError):  # the loop may be gone at exit
+                loop.call_soon_threadsafe(lost)
+
+        # A receive posted on an endpoint whose peer died is not failed by UCX; this is.
+        if hasattr(self._ep, "set_close_callback"):
+            self._ep.set_close_callback(closed_by_ucx)
         self._tasks = [
             asyncio.ensure_future(self._read_loop()),
             asyncio.ensure_future(self._write_loop()),
@@ -163,17 +182,19 @@ class UcxConnection(Connection):
         reader = self._reader
         try:
             while not self._closing:
-                buf = reader.get_buffer()
-                n = min(len(buf), reader.wanted(), PIECE)
-                landing = self._loop.create_future() if reader.in_sink else None
-                self._landing = landing
-                try:
-                    await self._stream.recv(buf[:n])
-                finally:
-                    if landing is not None:
-                        landing.set_result(None)
-                        self._landing = None
-                self.buffer_updated(n)  # the frame logic, errors and handlers of TCP's
+                await self._reading.wait()
+                head = reader.get_buffer()
+                room = PREFIX.size + reader.limits.max_header
+                if len(head) < room:
+                    raise ProtocolError("frame reader has no room for a header")
+                # A message longer than the room fails the receive (UCX truncates): a peer
+                # cannot make us take an oversized header.
+                head[: PREFIX.size] = bytes(PREFIX.size)  # a short message: bad magic
+                await self._ep.recv(head[:room])
+                hlen = PREFIX.unpack_from(head)[3]
+                self.buffer_updated(PREFIX.size + min(hlen, reader.limits.max_header))
+                while reader.receiving_payload:
+                    await self._recv_piece()
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the peer went away, or UCX failed the endpoint
@@ -183,11 +204,31 @@ class UcxConnection(Connection):
                 )
             self._lost(None)
 
-    async def quiesce(self) -> None:
-        """Wait until no receive posted before a divert can still write its memory."""
-        landing = self._landing
-        if landing is not None:
-            await asyncio.shield(landing)
+    async def _recv_piece(self) -> None:
+        """The next ``PIECE`` of the payload: into the destination if it fits the slice
+        the reader offers, else through the bounce buffer."""
+        reader = self._reader
+        n = min(PIECE, reader.payload_left)
+        dest = reader.get_buffer()
+        direct = len(dest) >= n
+        landing = self._loop.create_future() if direct else None
+        self._landing = landing
+        try:
+            await self._ep.recv(dest[:n] if direct else memoryview(self._bounce)[:n])
+        finally:
+            if landing is not None:
+                landing.set_result(None)
+                self._landing = None
+        if direct:
+            self.buffer_updated(n)
+            return
+        done = 0
+        while done < n:
+            dest = reader.get_buffer()
+            k = min(len(dest), n - done)
+            dest[:k] = self._bounce[done : done + k]
+            done += k
+            self.buffer_updated(k)
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -196,7 +237,7 @@ class UcxConnection(Connection):
             raise TransferError(f"connection to {self.peer or '?'} is closed")
         n = sum(len(p) for p in payload)
         header = encode_header(msg, n)
-        self._queue.append([header, *(p for p in payload if len(p))])
+        self._queue.append((header, [p for p in payload if len(p)]))
         self._queued.set()
         self.bytes_sent += len(header) + n
         self._unsent += len(header) + n
@@ -210,11 +251,14 @@ class UcxConnection(Connection):
                     self._queued.clear()
                     await self._queued.wait()
                     continue
-                # A stream keeps order: post the frame's pieces at once, then wait for all
-                # (one round trip through the progress thread per frame, not per piece).
-                bufs = self._queue.popleft()
-                await asyncio.gather(*(self._stream.send(b) for b in bufs))
-                self._unsent -= sum(len(b) for b in bufs)
+                header, payload = self._queue.popleft()
+                await self._ep.send(header)
+                self._unsent -= len(header)
+                for piece in pieces(payload):
+                    await self._ep.send(piece)
+                    self._unsent -= len(piece)
+                    if self._unsent <= HIGH_WATER:
+                        self._can_write.set()
                 if self._unsent <= HIGH_WATER:
                     self._can_write.set()
         except asyncio.CancelledError:
@@ -224,8 +268,17 @@ class UcxConnection(Connection):
             self._lost(None)
 
     @property
-    def flushed(self) -> int:
-        return self.bytes_sent - self._unsent
+    def unsent(self) -> int:
+        return self._unsent
+
+    def pause_reading(self) -> None:
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    def kill(self) -> None:
+        self._lost(None)
 
     @property
     def is_closing(self) -> bool:
@@ -241,9 +294,15 @@ class UcxConnection(Connection):
         for t in self._tasks:
             if t is not current:
                 t.cancel()
-        with contextlib.suppress(Exception):
-            self._stream.abort()
-        self.connection_lost(exc)
+
+        async def close_then_report() -> None:
+            # Closing cancels the endpoint's posted operations. (A synchronous abort from
+            # the event loop's thread crashed ucxx 0.52 while its progress thread ran.)
+            with contextlib.suppress(Exception):
+                await self._ep.close(period=10**9)
+            self.connection_lost(exc)
+
+        self._closer = asyncio.ensure_future(close_then_report())
 
     def abort(self, exc: BaseException) -> None:
         log.warning("dropping connection %s<->%s: %s", self.node, self.peer or "?", exc)
@@ -251,12 +310,11 @@ class UcxConnection(Connection):
         if self._closing:
             return
         code = "auth" if "Authentication" in type(exc).__name__ else "protocol"
-        stream = self._stream
+        ep = self._ep
 
         async def tell_and_close() -> None:  # best effort: the peer may be gone
             with contextlib.suppress(Exception):
-                frame = encode_header(Error(code, str(exc)[:512]))
-                await asyncio.wait_for(stream.send(frame), 1.0)
+                await asyncio.wait_for(ep.send(encode_header(Error(code, str(exc)[:512]))), 1.0)
             self._lost(None)
 
         self._tasks.append(asyncio.ensure_future(tell_and_close()))
