@@ -61,4 +61,7 @@ class Uploads:
         for _peer, ticket in self.policy.release():
             g = self._waiting.pop(cast(int, ticket))
             g.held = True
-            g.ready.set_result(None)
+            if g.ready.done():  # its waiter was cancelled meanwhile: pass the slot on
+                self.release(g)
+            else:
+                g.ready.set_result(None)

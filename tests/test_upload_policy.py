@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import SuperSeeder, UploadSlots
+from tensorhub.uploads import Uploads
 
 
 def test_origin_sends_each_chunk_once_and_redirects_to_the_recipient() -> None:
@@ -130,3 +131,16 @@ def test_no_queue_admits_while_a_slot_is_free() -> None:
     assert not u.admit()
     assert u.release() == []
     assert u.admit()
+
+
+async def test_a_grant_whose_waiter_was_cancelled_passes_its_slot_on() -> None:
+    """Regression (UCX transfer tests, node closing): a writer cancelled while it waited
+    for a slot cancelled the grant's future; the release that then handed it the slot
+    raised InvalidStateError instead of passing the slot to the next in line."""
+    up = Uploads(slots=1, max_waiting=10)
+    first, gone, next_ = up.request("a"), up.request("b"), up.request("c")
+    gone.ready.cancel()
+    up.release(first)
+    assert next_.ready.done() and next_.held
+    up.release(next_)
+    assert up.policy.active == 0
