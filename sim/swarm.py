@@ -14,8 +14,10 @@ then random: a BitTorrent-style peer set, where the real holder view lists every
 node's peers learn a chunk it verified ``hint_delay`` after it arrived (gossip, redirects);
 the planner ticks every ``tick`` of virtual time. Measured so far (tests, small clusters):
 every fetcher completes, the origin sends one copy, crashes are ridden out; at 32 hosts a
-50 GB broadcast takes 1.8–2.1x its lower bound (the real planner's timers, tuned for 4 MiB
-chunks and 10 ms ticks, are not yet tuned for coarse simulated chunks) — issue #6.
+50 GB broadcast takes 1.8x its lower bound, at 128 hosts 2.0x (with 32 trainer origins
+each holding a slice: 1.7x) — not yet the 1.15x issue #6 asks for; utilization of the
+receivers' downlinks stays near 0.7 in steady state (requests wait in busy holders' queues
+while other holders idle).
 """
 
 from __future__ import annotations
@@ -47,9 +49,17 @@ class SwarmConfig:
     tick: float = 0.0  # 0: the time one chunk takes at NIC rate (the real one's ratio)
     super_seed: bool = True
     reserve_after: float = 1.0
-    slots: int = 4
-    max_waiting: int = 256  # as the real node: beyond this, "busy"
-    planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(owner_timeout=40))
+    # Concurrency scaled down with the coarse chunk: the real node's 4 slots and 16 requests
+    # in flight of 4 MiB chunks are a few MiB of pipeline; of 1/64 of a model they made each
+    # chunk arrive 4-16 chunk times late and queued fetchers behind busy holders (50 GB to
+    # 127 hosts: 8.5x the lower bound with those, 2.0x with these).
+    slots: int = 2
+    max_waiting: int = 4  # beyond this, "busy", as the real node answers
+    planner: PlannerConfig = field(
+        default_factory=lambda: PlannerConfig(
+            owner_timeout=40, total=4, per_source=2, initial_random=1
+        )
+    )
 
 
 @dataclass
