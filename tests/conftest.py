@@ -35,3 +35,11 @@ def seed(request: pytest.FixtureRequest) -> int:
     value = int(os.environ.get("TENSORHUB_SEED", random.SystemRandom().randrange(2**32)))
     print(f"\n[seed] {request.node.nodeid}: TENSORHUB_SEED={value}")
     return value
+
+
+@pytest.fixture(params=["tcp", "ucx"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Run a transfer test over TCP and over UCX (loopback TCP under UCX here)."""
+    if request.param == "ucx" and not ucx.available():
+        pytest.skip("UCX transport: ucxx is not installed (pip install 'tensorhub[ucx]')")
+    return str(request.param)

@@ -24,26 +24,9 @@ from tensorhub.store import Replica
 from tensorhub.swarm import Holder, swarm_fetch
 
 from .models import same_bytes
+from .transports import routed
 
 SECRET = b"swarm-secret"
-
-
-UCX_ADDRESSES: dict[str, str] = {}
-
-
-@pytest.fixture(params=["tcp", "ucx"])
-def transport(request: pytest.FixtureRequest) -> str:
-    if request.param == "ucx" and not ucx.available():
-        pytest.skip("UCX transport: ucxx is not installed (pip install 'tensorhub[ucx]')")
-    return str(request.param)
-
-
-def routed(*started: Node) -> None:
-    """Dial each other over UCX where the nodes have it (what the Hub's routing does)."""
-    for node in started:
-        if node.ucx_address is not None:
-            UCX_ADDRESSES[node.address] = node.ucx_address
-            node.ucx_route = UCX_ADDRESSES.get
 
 
 @contextlib.asynccontextmanager

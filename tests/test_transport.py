@@ -28,19 +28,9 @@ from tensorhub.node import Node
 from tensorhub.peer import MAX_QUEUED_REQUESTS
 
 from .models import awkward, every_dtype, same_bytes
+from .transports import routed
 
 SECRET = b"test-secret"
-
-
-UCX_ADDRESSES: dict[str, str] = {}
-"""TCP address → UCX address of every UCX node a test started (the routing a Hub does)."""
-
-
-@pytest.fixture(params=["tcp", "ucx"])
-def transport(request: pytest.FixtureRequest) -> str:
-    if request.param == "ucx" and not ucx.available():
-        pytest.skip("UCX transport: ucxx is not installed (pip install 'tensorhub[ucx]')")
-    return str(request.param)
 
 
 @contextlib.asynccontextmanager
@@ -48,10 +38,7 @@ async def nodes(
     n: int, secret: bytes = SECRET, transport: str = "tcp"
 ) -> AsyncIterator[list[Node]]:
     started = [await Node.start(f"n{i}", secret=secret, transport=transport) for i in range(n)]
-    for node in started:
-        if node.ucx_address is not None:
-            UCX_ADDRESSES[node.address] = node.ucx_address
-            node.ucx_route = UCX_ADDRESSES.get
+    routed(*started)
     try:
         yield started
     finally:
