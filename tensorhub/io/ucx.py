@@ -36,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..core.errors import ProtocolError, TransferError
+from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Error, Message
 from ..core.wire import PREFIX, encode_header
 from ..typing import Buffer
@@ -309,7 +309,7 @@ class UcxConnection(Connection):
         self.error = exc
         if self._closing:
             return
-        code = "auth" if "Authentication" in type(exc).__name__ else "protocol"
+        code = "auth" if isinstance(exc, AuthenticationError) else "protocol"
         ep = self._ep
 
         async def tell_and_close() -> None:  # best effort: the peer may be gone
@@ -328,10 +328,6 @@ class UcxConnection(Connection):
                 self._lost(None)
 
             self._tasks.append(asyncio.ensure_future(flush_and_close()))
-
-    async def wait_flushed(self, mark: int, poll: float = 0.001) -> None:
-        while not self._closing and self.flushed < mark:  # noqa: ASYNC110
-            await asyncio.sleep(poll)
 
 
 class UcxServer:
