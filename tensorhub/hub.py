@@ -90,6 +90,7 @@ class Hub:
         self._kept: set[tuple[str, int, int]] = set()  # CPU copies kept by unpublish
         self.fetches: deque[FetchResult] = deque(maxlen=64)  # recent, for status pages
         self.fetch_totals: Counter[str] = Counter()  # fetches, bytes, failed requests
+        self._name_at: dict[str, str] = {}  # address -> member name, for routing
         self.ucx_across_dcs = False
         """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
         self.super_seed_after: float | None = SUPER_SEED_AFTER
@@ -161,16 +162,19 @@ class Hub:
         """The UCX address to dial for the peer at TCP ``addr``: when it gossips one and is
         in our datacenter (or :attr:`ucx_across_dcs`); else None, and TCP is used."""
         core = self.gossip.core
-        for n in core.alive():
-            if n != core.name and core.addr_of(n) == addr:
-                where = core.locality_of(n)
-                theirs = core.state.get(n, UCX_KEY)
-                if theirs is None or where is None:
-                    return None
-                if not self.ucx_across_dcs and _dc(where) != _dc(self.locality):
-                    return None
-                return theirs.decode()
-        return None
+        n = self._name_at.get(addr)
+        if n is None or core.addr_of(n) != addr:  # asked per chunk request: scan rarely
+            self._name_at = {a: m for m in core.alive() if (a := core.addr_of(m)) is not None}
+            n = self._name_at.get(addr)
+        if n is None or n == core.name or core.status(n) is Status.DEAD:
+            return None
+        where = core.locality_of(n)
+        theirs = core.state.get(n, UCX_KEY)
+        if theirs is None or where is None:
+            return None
+        if not self.ucx_across_dcs and _dc(where) != _dc(self.locality):
+            return None
+        return theirs.decode()
 
     def _voters(self) -> list[str]:
         if self.raft is not None:

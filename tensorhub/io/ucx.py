@@ -38,7 +38,7 @@ from typing import Any
 
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Error, Message
-from ..core.wire import PREFIX, encode_header
+from ..core.wire import PREFIX, Limits, encode_header
 from ..typing import Buffer
 from .tcp import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT, HIGH_WATER, Connection, Handler, parse_address
 
@@ -161,7 +161,7 @@ class UcxConnection(Connection):
                         self.error = self.error or TransferError(
                             f"UCX endpoint to {self.peer or '?'} closed mid-frame"
                         )
-                    self._lost(None)
+                    self._lost()
 
             with contextlib.suppress(RuntimeError):  # the loop may be gone at exit
                 loop.call_soon_threadsafe(lost)
@@ -202,7 +202,7 @@ class UcxConnection(Connection):
                 self.error = self.error or TransferError(
                     f"peer {self.peer or '?'} closed the connection mid-frame: {e}"
                 )
-            self._lost(None)
+            self._lost()
 
     async def _recv_piece(self) -> None:
         """The next ``PIECE`` of the payload: into the destination if it fits the slice
@@ -265,7 +265,7 @@ class UcxConnection(Connection):
             raise
         except Exception as e:
             self.error = self.error or TransferError(f"send to {self.peer or '?'} failed: {e}")
-            self._lost(None)
+            self._lost()
 
     @property
     def unsent(self) -> int:
@@ -278,7 +278,7 @@ class UcxConnection(Connection):
         self._reading.set()
 
     def kill(self) -> None:
-        self._lost(None)
+        self._lost()
 
     @property
     def is_closing(self) -> bool:
@@ -286,7 +286,7 @@ class UcxConnection(Connection):
 
     # -- closing -------------------------------------------------------------------------------
 
-    def _lost(self, exc: Exception | None) -> None:
+    def _lost(self) -> None:
         if self._closing:
             return
         self._closing = True
@@ -300,7 +300,7 @@ class UcxConnection(Connection):
             # the event loop's thread crashed ucxx 0.52 while its progress thread ran.)
             with contextlib.suppress(Exception):
                 await self._ep.close(period=10**9)
-            self.connection_lost(exc)
+            self.connection_lost(None)  # why, if anything, is in self.error
 
         self._closer = asyncio.ensure_future(close_then_report())
 
@@ -315,7 +315,7 @@ class UcxConnection(Connection):
         async def tell_and_close() -> None:  # best effort: the peer may be gone
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ep.send(encode_header(Error(code, str(exc)[:512]))), 1.0)
-            self._lost(None)
+            self._lost()
 
         self._tasks.append(asyncio.ensure_future(tell_and_close()))
 
@@ -325,7 +325,7 @@ class UcxConnection(Connection):
             async def flush_and_close() -> None:
                 with contextlib.suppress(Exception):  # what was sent goes out first
                     await asyncio.wait_for(self.wait_flushed(self.bytes_sent), 5.0)
-                self._lost(None)
+                self._lost()
 
             self._tasks.append(asyncio.ensure_future(flush_and_close()))
 
@@ -351,7 +351,7 @@ async def listen(
     node: str,
     secret: bytes,
     handler_factory: Callable[[Connection], Handler],
-    limits: Any = DEFAULT_LIMITS,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> UcxServer:
     """Listen for UCX endpoints on ``addr``'s port (0: a free one; see ``address``)."""
     ucx = _ucx()
@@ -382,7 +382,7 @@ async def connect(
     node: str,
     secret: bytes,
     handler_factory: Callable[[Connection], Handler],
-    limits: Any = DEFAULT_LIMITS,
+    limits: Limits = DEFAULT_LIMITS,
     timeout: float = HANDSHAKE_TIMEOUT,
 ) -> UcxConnection:
     """Open a UCX endpoint to ``addr`` and complete the handshake."""
@@ -399,6 +399,6 @@ async def connect(
     try:
         await asyncio.wait_for(asyncio.shield(conn.ready), timeout)
     except asyncio.TimeoutError:
-        conn._lost(None)
+        conn._lost()
         raise TransferError(f"handshake with ucx://{addr} timed out after {timeout}s") from None
     return conn
