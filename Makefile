@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/tensorhub demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	timeout -k 30 1200 $(BIN)/python -m pytest
 	$(BIN)/ruff check tensorhub sim tests bench
 	$(BIN)/ruff format --check tensorhub sim tests bench
 	$(BIN)/mypy

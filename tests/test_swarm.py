@@ -216,8 +216,11 @@ class _StallingHandler(PeerHandler):
             if isinstance(self.conn, UcxConnection):  # messages: no half pieces; none at all
                 await self.conn._ep.send(encode_header(reply.msg, len(data)))
                 await self.release.wait()
-                for piece in ucx.pieces([bytes(len(data))]):  # zeros: not the manifest's
-                    await self.conn._ep.send(piece)
+                try:
+                    for piece in ucx.pieces([bytes(len(data))]):  # zeros: not the manifest's
+                        await self.conn._ep.send(piece)
+                except Exception:
+                    return  # the fetcher dropped us: a posted receive cannot be withdrawn
                 continue
             tr = self.conn._transport
             assert tr is not None

@@ -19,6 +19,14 @@ memory: :meth:`UcxConnection.quiesce` waits for it (the fetcher does, before it 
 winning duplicate over that memory or returns); a piece that does not land in time (a
 stalled peer) is cancelled by closing the endpoint.
 
+For the same reason a posted operation owns its buffer until UCX is done with it, whoever
+stops waiting for it: cancelling the coroutine that awaits a UCX request does not withdraw
+the request, and a receive landing in (or a send reading from) freed memory corrupts the
+process (seen as segfaults in UCX's progress thread). Each operation is a task the
+connection keeps with its buffer; the connection reports itself closed only after closing
+the endpoint has completed (cancelled) every one of them, and a buffer whose operation UCX
+never finishes is kept for the life of the process.
+
 Enable with the ``tensorhub[ucx]`` extra. ``UCX_TLS``/``UCX_NET_DEVICES`` choose UCX's
 transports as usual (tests use ``tcp,self`` on ``lo``).
 """
@@ -31,7 +39,7 @@ import importlib
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -49,7 +57,12 @@ PIECE = 4 << 20
 QUIESCE_TIMEOUT = 2.0
 """Seconds a posted piece may take to land after a divert before the connection is dropped."""
 
+CLOSE_DRAIN_TIMEOUT = 5.0
+"""Seconds to wait, after closing an endpoint, for UCX to finish its posted operations."""
+
 _BACKENDS = ("ucxx", "ucp")
+_ORPHANS: list[tuple[asyncio.Future[Any], object]] = []
+"""Operations UCX never finished, with their buffers: kept so their memory is never reused."""
 _state: dict[str, Any] = {}
 
 
@@ -144,7 +157,7 @@ class UcxConnection(Connection):
         self._queued = asyncio.Event()
         self._unsent = 0  # bytes queued and not yet taken by UCX
         self._closing = False
-        self._landing: asyncio.Future[None] | None = None  # a receive posted into a sink
+        self._posted: dict[asyncio.Future[Any], tuple[bool, object]] = {}  # op: (recv?, buffer)
         self._tasks: list[asyncio.Task[None]] = []
         self._closer: asyncio.Future[None] | None = None
         self._reading = asyncio.Event()
@@ -190,7 +203,7 @@ class UcxConnection(Connection):
                 # A message longer than the room fails the receive (UCX truncates): a peer
                 # cannot make us take an oversized header.
                 head[: PREFIX.size] = bytes(PREFIX.size)  # a short message: bad magic
-                await self._ep.recv(head[:room])
+                await self._recv(head[:room])
                 hlen = PREFIX.unpack_from(head)[3]
                 self.buffer_updated(PREFIX.size + min(hlen, reader.limits.max_header))
                 while reader.receiving_payload:
@@ -211,14 +224,7 @@ class UcxConnection(Connection):
         n = min(PIECE, reader.payload_left)
         dest = reader.get_buffer()
         direct = len(dest) >= n
-        landing = self._loop.create_future() if direct else None
-        self._landing = landing
-        try:
-            await self._ep.recv(dest[:n] if direct else memoryview(self._bounce)[:n])
-        finally:
-            if landing is not None:
-                landing.set_result(None)
-                self._landing = None
+        await self._recv(dest[:n] if direct else memoryview(self._bounce)[:n])
         if direct:
             self.buffer_updated(n)
             return
@@ -229,6 +235,41 @@ class UcxConnection(Connection):
             dest[:k] = self._bounce[done : done + k]
             done += k
             self.buffer_updated(k)
+
+    # -- posted operations -------------------------------------------------------------------
+
+    def _post(self, op: Coroutine[Any, Any, Any], buf: object, recv: bool) -> asyncio.Future[Any]:
+        task = asyncio.ensure_future(op)
+        self._posted[task] = (recv, buf)
+
+        def done(t: asyncio.Future[Any]) -> None:
+            self._posted.pop(t, None)
+            if not t.cancelled():
+                t.exception()  # retrieved: the awaiter, if any is left, sees it too
+
+        task.add_done_callback(done)
+        return task
+
+    async def _recv(self, buf: Buffer) -> None:
+        # shield: a cancelled caller leaves the receive (and its buffer) to the connection
+        await asyncio.shield(self._post(self._ep.recv(buf), buf, recv=True))
+
+    async def _send(self, buf: Buffer) -> None:
+        await asyncio.shield(self._post(self._ep.send(buf), buf, recv=False))
+
+    async def quiesce(self) -> None:
+        """Wait until no receive posted before now can still write its memory; a piece that
+        does not land within ``QUIESCE_TIMEOUT`` (a stalled peer) costs the connection."""
+        pending = [t for t, (recv, _b) in self._posted.items() if recv]
+        if not pending:
+            return
+        _done, late = await asyncio.wait(pending, timeout=QUIESCE_TIMEOUT)
+        if late:
+            self.error = self.error or TransferError(
+                f"a receive from {self.peer or '?'} did not land in {QUIESCE_TIMEOUT}s"
+            )
+            self._lost()
+            await asyncio.shield(self.closed)
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -252,10 +293,10 @@ class UcxConnection(Connection):
                     await self._queued.wait()
                     continue
                 header, payload = self._queue.popleft()
-                await self._ep.send(header)
+                await self._send(header)
                 self._unsent -= len(header)
                 for piece in pieces(payload):
-                    await self._ep.send(piece)
+                    await self._send(piece)
                     self._unsent -= len(piece)
                     if self._unsent <= HIGH_WATER:
                         self._can_write.set()
@@ -300,6 +341,18 @@ class UcxConnection(Connection):
             # the event loop's thread crashed ucxx 0.52 while its progress thread ran.)
             with contextlib.suppress(Exception):
                 await self._ep.close(period=10**9)
+            posted = dict(self._posted)
+            if posted:
+                await asyncio.wait(posted, timeout=CLOSE_DRAIN_TIMEOUT)
+                late = [(t, b) for t, (_r, b) in posted.items() if not t.done()]
+                if late:
+                    log.warning(
+                        "UCX left %d operations to %s unfinished after closing; "
+                        "keeping their buffers",
+                        len(late),
+                        self.peer or "?",
+                    )
+                    _ORPHANS.extend(late)
             self.connection_lost(None)  # why, if anything, is in self.error
 
         self._closer = asyncio.ensure_future(close_then_report())
@@ -310,11 +363,10 @@ class UcxConnection(Connection):
         if self._closing:
             return
         code = "auth" if isinstance(exc, AuthenticationError) else "protocol"
-        ep = self._ep
 
         async def tell_and_close() -> None:  # best effort: the peer may be gone
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ep.send(encode_header(Error(code, str(exc)[:512]))), 1.0)
+                await asyncio.wait_for(self._send(encode_header(Error(code, str(exc)[:512]))), 1.0)
             self._lost()
 
         self._tasks.append(asyncio.ensure_future(tell_and_close()))
