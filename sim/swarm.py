@@ -71,8 +71,9 @@ class _Node:
     slots: UploadSlots = field(default_factory=UploadSlots)
     queued: dict[int, Callable[[], None]] = field(default_factory=dict)  # ticket → start
     followers: list[str] = field(default_factory=list)  # who has us in their peer set
-    started: float = 0.0
+    started: float | None = None  # when its fetch began (None: not yet)
     finished: float | None = None
+    last_sent: float = 0.0  # when the last chunk it served arrived (a trainer's release)
     dead: bool = False
     wake_pending: bool = False
     inflight: dict[Request, Transfer | None] = field(default_factory=dict)
@@ -200,7 +201,7 @@ class Swarm:
 
     def completion(self) -> float:
         return max(
-            (n.finished or 0.0) - n.started
+            (n.finished or 0.0) - (n.started or 0.0)
             for n in map(self.nodes.get, self.fetchers)
             if n and not n.dead
         )
@@ -208,8 +209,8 @@ class Swarm:
     def _pump(self, f: str) -> None:
         node = self.nodes[f]
         p = node.planner
-        if node.dead or p is None or node.finished is not None:
-            return
+        if node.dead or p is None or node.started is None or node.finished is not None:
+            return  # (a peer's announcement must not start a fetch before its time)
         while p.now < int(self.e.now / self.tick):
             p.tick()
         for name in p.sources:  # the holder view's liveness (a crash is noticed at once)
@@ -298,6 +299,7 @@ class Swarm:
 
     def _delivered(self, s: str, f: str, r: Request) -> None:
         self._release(s)
+        self.nodes[s].last_sent = self.e.now
         p = self._settle(f, r)
         if p is None:
             return

@@ -1,0 +1,117 @@
+"""``python -m sim``: run a scenario, reproduce the paper's three results, or sweep.
+
+python -m sim run sim/scenarios/elastic.yaml [--set joiners=32] [--json out.json]
+python -m sim reproduce --json out.json
+python -m sim sweep [--report docs/results.md] [--json sweeps.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import report
+from .scenario import Scenario, load
+from .workloads import Outcome, run
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+PAPER_SCENARIOS = ("standalone", "elastic", "crossdc")
+
+
+def _override(sc: Scenario, sets: list[str], seed: int | None) -> Scenario:
+    changes: dict[str, Any] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set wants key=value, got {item!r}")
+        changes[key] = yaml.safe_load(value)
+    if seed is not None:
+        changes["seed"] = seed
+    try:
+        return sc.replace(**changes)
+    except TypeError as e:
+        raise SystemExit(f"bad --set: {e}") from None
+
+
+def _write_json(path: str | None, data: Any) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {path}")
+
+
+def paper_outcomes(seed: int | None = None) -> list[Outcome]:
+    out = []
+    for name in PAPER_SCENARIOS:
+        sc = load(SCENARIOS / f"{name}.yaml")
+        out.append(run(sc if seed is None else sc.replace(seed=seed)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run one scenario file against its baselines")
+    r.add_argument("scenario")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--seed", type=int)
+    r.add_argument("--json")
+    p = sub.add_parser("reproduce", help="the paper's three scenarios with their baselines")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--json")
+    s = sub.add_parser("sweep", help="move each assumed parameter; write the report")
+    s.add_argument("--report", default="docs/results.md")
+    s.add_argument("--json")
+    s.add_argument("--only", help="run only the sweeps whose name contains this")
+    a = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    if a.cmd == "run":
+        try:
+            sc = _override(load(a.scenario), a.set, a.seed)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        o = run(sc)
+        report.print_outcomes([o])
+        _write_json(a.json, o.summary())
+    elif a.cmd == "reproduce":
+        outs = paper_outcomes(a.seed)
+        report.print_outcomes(outs)
+        _write_json(a.json, {"wall_s": round(time.perf_counter() - t0, 1),
+                             "results": [o.summary() for o in outs]})  # fmt: skip
+    else:
+        outs = paper_outcomes()
+        done = []
+        images: dict[str, str] = {}
+        rep = Path(a.report)
+        img_dir = rep.parent / "results"
+        img_dir.mkdir(parents=True, exist_ok=True)
+        for sw in report.SWEEPS:
+            if a.only and a.only not in sw.name:
+                continue
+            base = load(SCENARIOS / f"{sw.kind}.yaml")
+            points = report.sweep(base, sw)
+            done.append((sw, points))
+            png = img_dir / f"{sw.kind}-{sw.name.replace(' ', '-')}.png"
+            report.plot(sw, points, png)
+            images[sw.name] = f"results/{png.name}"
+            print(f"{sw.kind}/{sw.name}: " + ", ".join(
+                f"{v}: {o.ratio:.1f}x ({o.over_lb_mean:.2f}x LB)" for v, o in points))  # fmt: skip
+        rep.write_text(report.markdown(outs, done, images, "python -m sim sweep"))
+        print(f"wrote {rep}")
+        _write_json(a.json, {
+            sw.name: [{"value": v, **o.summary()} for v, o in pts] for sw, pts in done
+        })  # fmt: skip
+    print(f"({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

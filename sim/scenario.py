@@ -1,0 +1,120 @@
+"""A scenario: the cluster, the RL workload and the model, as one YAML file.
+
+Every number that is an assumption (the paper does not give it) is a field here with a
+default, so ``python -m sim sweep`` can move it and ``docs/results.md`` can name it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .swarm import SwarmConfig
+from .topology import TopologySpec
+
+KINDS = ("standalone", "elastic", "crossdc")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One experiment. Hosts are 8-GPU machines with one NIC rate each (a TP-8 rollout
+    instance is one host; a trainer host holds its slice of the weights)."""
+
+    name: str
+    kind: str  # standalone | elastic | crossdc
+    model_gb: float = 50.0
+    gpus_per_host: int = 8
+    trainer_hosts: int = 32  # 256 trainer GPUs; each holds 1/trainer_hosts of the weights
+    rollout_hosts: int = 96  # 768 rollout GPUs in TP-8 instances
+    # Rollout generation: log-normal per instance (a long tail), median and sigma.
+    gen_median_s: float = 30.0
+    gen_sigma: float = 0.3
+    train_step_s: float = 30.0  # trainer compute before its optimizer step mutates weights
+    # Elastic: rollout_hosts hold the version; joiners arrive at once and fetch it.
+    joiners: int = 64
+    preempt: float = 0.0  # fraction of holders preempted while joiners fetch
+    # Cross-DC: this many of the rollout hosts sit in the second datacenter.
+    remote_rollouts: int = 32
+    # ...and at publish one spare host there pulls a seed copy into CPU memory (the paper's
+    # "optional CPU copy"), so the WAN crossing overlaps the remote rollouts' generation.
+    remote_seed: bool = True
+    # Baselines.
+    storage_hosts: int = 8  # push-then-pull store: hosts with the same NIC rate
+    nccl_chunk_mb: float = 4.0  # ring pipeline granularity
+    nccl_rebuild_s: float = 0.0  # group re-creation when membership changed (elastic)
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    swarm: SwarmConfig = field(default_factory=SwarmConfig)
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"scenario {self.name!r}: kind must be one of {KINDS}")
+        if self.trainer_hosts < 1 or self.rollout_hosts < 1:
+            raise ValueError(f"scenario {self.name!r}: needs trainer and rollout hosts")
+        if self.kind == "crossdc" and self.topology.dcs < 2:
+            raise ValueError(f"scenario {self.name!r}: crossdc needs topology.dcs >= 2")
+
+    @property
+    def size(self) -> float:
+        return self.model_gb * 1e9
+
+    @property
+    def nic(self) -> float:
+        """Effective NIC rate, bytes/s."""
+        return self.topology.nic_gbytes * 1e9 * self.topology.efficiency
+
+    def generation_times(self, n: int) -> list[float]:
+        """When each of ``n`` rollout instances finishes generating (seeded)."""
+        rng = random.Random(self.seed * 7919 + 17)
+        mu = math.log(self.gen_median_s)
+        return [rng.lognormvariate(mu, self.gen_sigma) for _ in range(n)]
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A copy with fields changed; ``topology.x``/``swarm.x`` reach the nested ones."""
+        top: dict[str, Any] = {}
+        sw: dict[str, Any] = {}
+        flat: dict[str, Any] = {}
+        for k, v in changes.items():
+            if k.startswith("topology."):
+                top[k.split(".", 1)[1]] = v
+            elif k.startswith("swarm."):
+                sw[k.split(".", 1)[1]] = v
+            else:
+                flat[k] = v
+        if top:
+            flat["topology"] = dataclasses.replace(self.topology, **top)
+        if sw:
+            flat["swarm"] = dataclasses.replace(self.swarm, **sw)
+        return dataclasses.replace(self, **flat)
+
+
+def load(path: str | Path) -> Scenario:
+    """A scenario from YAML: top-level fields, with ``topology:`` and ``swarm:`` maps."""
+    raw = yaml.safe_load(Path(path).read_text())
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a scenario is a YAML mapping")
+    return from_dict(raw, default_name=Path(path).stem)
+
+
+def from_dict(raw: dict[str, Any], default_name: str = "scenario") -> Scenario:
+    raw = dict(raw)
+    known = {f.name for f in dataclasses.fields(Scenario)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"unknown scenario fields: {sorted(unknown)}")
+    topo = raw.pop("topology", None) or {}
+    sw = raw.pop("swarm", None) or {}
+    bad = set(topo) - {f.name for f in dataclasses.fields(TopologySpec)}
+    if bad:
+        raise ValueError(f"unknown topology fields: {sorted(bad)}")
+    bad = (set(sw) - {f.name for f in dataclasses.fields(SwarmConfig)}) | ({"planner"} & set(sw))
+    if bad:
+        raise ValueError(f"unknown or unsupported swarm fields: {sorted(bad)}")
+    raw.setdefault("name", default_name)
+    return Scenario(topology=TopologySpec(**topo), swarm=SwarmConfig(**sw), **raw)

@@ -1,0 +1,349 @@
+"""The paper's three workloads, each run with TensorHub (the real planner, super-seeder and
+upload slots on the flow network) and with its baselines, against a lower bound.
+
+Stall, as the paper counts it (GPU-seconds, ``gpus_per_host`` GPUs per host):
+
+- a rollout GPU stalls from the moment its instance pauses generation (its generation
+  time, drawn from a long-tailed distribution) until the new weights are in place;
+- a trainer GPU stalls from the end of its next step's compute (``train_step_s`` after the
+  publish) until it may mutate the published buffers, i.e. until the last byte it serves
+  has left (TensorHub, UCX), its push finished (storage) or the broadcast ended (NCCL).
+
+Weight-update latency (elastic) is from a joiner's arrival to its copy being complete.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .baselines import Pulls, pull_from_trainer, push_then_pull, ring_broadcast
+from .engine import Engine
+from .network import Network
+from .scenario import Scenario
+from .swarm import Swarm
+from .topology import Cluster
+
+PAPER = {"standalone": 6.7, "elastic": 4.8, "crossdc": 19.0}
+"""The paper's headline ratios ("up to"), printed beside ours."""
+
+
+@dataclass
+class Scheme:
+    """What one system did in one scenario."""
+
+    name: str
+    rollout_stall: dict[str, float] = field(default_factory=dict)  # per instance, seconds
+    trainer_stall: float = 0.0  # per trainer GPU, seconds
+    wan_bytes: float = 0.0
+
+    def total_stall(self, sc: Scenario, hosts: list[str] | None = None) -> float:
+        """GPU-seconds stalled (rollouts in ``hosts`` only if given; else all plus trainer)."""
+        if hosts is not None:
+            return sc.gpus_per_host * sum(self.rollout_stall[h] for h in hosts)
+        rollouts = sum(self.rollout_stall.values())
+        return sc.gpus_per_host * (rollouts + sc.trainer_hosts * self.trainer_stall)
+
+    def mean(self) -> float:
+        return sum(self.rollout_stall.values()) / len(self.rollout_stall)
+
+    def worst(self) -> float:
+        return max(self.rollout_stall.values())
+
+
+@dataclass
+class Outcome:
+    """One scenario's schemes, headline ratio and TensorHub's distance from the bound."""
+
+    scenario: Scenario
+    schemes: dict[str, Scheme]
+    headline: str  # which figure the paper's ratio is compared with
+    ratio: float  # baseline / TensorHub on that figure
+    baseline: str
+    over_lb_mean: float  # TensorHub's mean weight update over the lower bound's
+    over_lb_worst: float
+    trace_hash: str
+    events: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        sc = self.scenario
+        return {
+            "scenario": sc.name,
+            "kind": sc.kind,
+            "headline": self.headline,
+            "baseline": self.baseline,
+            "ratio": round(self.ratio, 2),
+            "paper_ratio": PAPER[sc.kind],
+            "tensorhub_over_lower_bound_mean": round(self.over_lb_mean, 3),
+            "tensorhub_over_lower_bound_worst": round(self.over_lb_worst, 3),
+            "trace_hash": self.trace_hash,
+            "events": self.events,
+            "schemes": {
+                n: {
+                    "total_stall_gpu_s": round(s.total_stall(sc), 1),
+                    "rollout_mean_s": round(s.mean(), 3),
+                    "rollout_worst_s": round(s.worst(), 3),
+                    "trainer_stall_s": round(s.trainer_stall, 3),
+                    "wan_gb": round(s.wan_bytes / 1e9, 2),
+                }
+                for n, s in self.schemes.items()
+            },
+            **self.extra,
+        }
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+def _place(sc: Scenario, c: Cluster) -> tuple[list[str], list[str], list[str]]:
+    """Trainer hosts first (rack order), then rollouts; crossdc puts the last
+    ``remote_rollouts`` rollouts in the second datacenter. Returns (trainer, local, remote)."""
+    dc0 = sorted(c.in_dc(0), key=_host_order)
+    need = sc.trainer_hosts + sc.rollout_hosts - (sc.remote_rollouts if sc.kind == "crossdc" else 0)
+    if sc.kind == "elastic":
+        need += sc.joiners
+    if need > len(dc0):
+        raise ValueError(f"scenario {sc.name!r} needs {need} hosts in dc0, topology has {len(dc0)}")
+    trainers = dc0[: sc.trainer_hosts]
+    rest = dc0[sc.trainer_hosts :]
+    if sc.kind != "crossdc":
+        return trainers, rest[: need - sc.trainer_hosts], []
+    local = rest[: sc.rollout_hosts - sc.remote_rollouts]
+    dc1 = sorted(c.in_dc(1), key=_host_order)
+    if sc.remote_rollouts > len(dc1):
+        raise ValueError(f"scenario {sc.name!r}: dc1 has {len(dc1)} hosts")
+    return trainers, local, dc1[: sc.remote_rollouts]
+
+
+def _host_order(name: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in name[1:].split("."))
+
+
+# -- TensorHub ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _SwarmRun:
+    done: dict[str, float]  # fetcher -> completion time
+    trainer_free: float
+    wan_bytes: float
+    trace_hash: str
+    events: int
+    crashed: list[str]
+
+
+def _tensorhub(
+    sc: Scenario,
+    trainers: list[str],
+    fetchers: dict[str, float],
+    holders: Sequence[str] = (),
+    preempt: float = 0.0,
+) -> _SwarmRun:
+    e = Engine()
+    net = Network(e)
+    c = Cluster.build(sc.topology)
+    n = sc.swarm.chunks
+    step = max(1, min(len(trainers), n))  # trainer j holds chunks j, j + step, ...
+    slices: dict[str, Sequence[int]] = {t: range(j % n, n, step) for j, t in enumerate(trainers)}
+    s = Swarm(
+        e,
+        net,
+        c,
+        sc.size,
+        trainers,
+        list(fetchers),
+        sc.swarm,
+        seed=sc.seed,
+        holders=holders,
+        origin_chunks=slices,
+    )
+    s.start(at=fetchers)
+    crashed: list[str] = []
+    if preempt > 0 and holders:
+        rng = random.Random(sc.seed * 31 + 5)
+        victims = rng.sample(list(holders), max(1, int(len(holders) * preempt)))
+        horizon = sc.size / sc.nic
+        for v in victims:
+            e.at(rng.uniform(0.1, 0.9) * horizon, functools.partial(s.crash, v))
+        crashed = victims
+    e.run()
+    _check_swarm(s, crashed)
+    done = {f: s.nodes[f].finished or float("inf") for f in fetchers}
+    free = max(s.nodes[t].last_sent for t in trainers)
+    wan = sum(link.carried for link in c.wan.values())
+    return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed)
+
+
+def _check_swarm(s: Swarm, crashed: list[str]) -> None:
+    """Invariants of every simulated run: every live fetcher finished holding every chunk;
+    no transfer is left on the network."""
+    for f in s.fetchers:
+        node = s.nodes[f]
+        if node.dead:
+            continue
+        if node.finished is None or not all(node.have):
+            raise AssertionError(f"{f} did not finish (crashed holders: {crashed})")
+    if s.net.flows:
+        raise AssertionError(f"{len(s.net.flows)} flows left on the network")
+
+
+# -- the three workloads ----------------------------------------------------------------------
+
+
+def _stalls(done: dict[str, float], pause: dict[str, float]) -> dict[str, float]:
+    return {r: done[r] - pause[r] for r in pause}
+
+
+def _from_pulls(name: str, p: Pulls, pause: dict[str, float], sc: Scenario) -> Scheme:
+    return Scheme(
+        name,
+        _stalls(p.done, pause),
+        max(0.0, p.senders_free - sc.train_step_s),
+        p.wan_bytes,
+    )
+
+
+def _nccl(
+    sc: Scenario, pause: dict[str, float], rate: float, members: int, rebuild: float = 0.0
+) -> Scheme:
+    barrier = max(pause.values()) + rebuild
+    t = ring_broadcast(sc.size, members, rate, sc.nccl_chunk_mb * 1e6, 4 * sc.topology.hop_latency)
+    end = barrier + t
+    return Scheme("nccl", {r: end - g for r, g in pause.items()}, max(0.0, end - sc.train_step_s))
+
+
+def standalone(sc: Scenario) -> Outcome:
+    """A trainer pool publishes; rollout instances fetch as each finishes generating."""
+    c = Cluster.build(sc.topology)
+    trainers, rollouts, _ = _place(sc, c)
+    pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
+    th = _tensorhub(sc, trainers, pause)
+    schemes = {
+        "tensorhub": Scheme(
+            "tensorhub",
+            _stalls(th.done, pause),
+            max(0.0, th.trainer_free - sc.train_step_s),
+            th.wan_bytes,
+        ),
+        "nccl": _nccl(sc, pause, sc.nic, len(trainers) + len(rollouts)),
+        "ucx": _from_pulls("ucx", pull_from_trainer(c, trainers, pause, sc.size), pause, sc),
+        "storage": _from_pulls(
+            "storage",
+            push_then_pull(Cluster.build(sc.topology), trainers, pause, sc.size, sc.storage_hosts),
+            pause,
+            sc,
+        ),
+    }
+    lb = sc.size / sc.nic
+    schemes["lower_bound"] = Scheme("lower_bound", {r: lb for r in rollouts}, 0.0)
+    mine = schemes["tensorhub"]
+    base = schemes["nccl"]
+    return Outcome(
+        sc,
+        schemes,
+        "total GPU stall (trainer + rollout)",
+        base.total_stall(sc) / mine.total_stall(sc),
+        "nccl",
+        mine.mean() / lb,
+        mine.worst() / lb,
+        th.trace_hash,
+        th.events,
+        {
+            "ratios": {
+                k: round(s.total_stall(sc) / mine.total_stall(sc), 2)
+                for k, s in schemes.items()
+                if k != "tensorhub"
+            }
+        },
+    )
+
+
+def elastic(sc: Scenario) -> Outcome:
+    """Spot joiners arrive at once while ``rollout_hosts`` already hold the version; some
+    holders may be preempted mid-transfer."""
+    c = Cluster.build(sc.topology)
+    trainers, hosts, _ = _place(sc, c)
+    holders, joiners = hosts[: sc.rollout_hosts], hosts[sc.rollout_hosts :]
+    arrive = dict.fromkeys(joiners, 0.0)
+    th = _tensorhub(sc, trainers, arrive, holders, sc.preempt)
+    ucx = pull_from_trainer(c, trainers, arrive, sc.size)
+    schemes = {
+        "tensorhub": Scheme("tensorhub", _stalls(th.done, arrive), 0.0, th.wan_bytes),
+        "ucx": Scheme("ucx", _stalls(ucx.done, arrive), 0.0, ucx.wan_bytes),
+        "nccl": _nccl(
+            sc, arrive, sc.nic, len(trainers) + len(holders) + len(joiners), sc.nccl_rebuild_s
+        ),
+    }
+    lb = sc.size / sc.nic
+    schemes["lower_bound"] = Scheme("lower_bound", dict.fromkeys(joiners, lb), 0.0)
+    mine = schemes["tensorhub"]
+    return Outcome(
+        sc,
+        schemes,
+        "mean weight-update latency of joiners",
+        schemes["ucx"].mean() / mine.mean(),
+        "ucx",
+        mine.mean() / lb,
+        mine.worst() / lb,
+        th.trace_hash,
+        th.events,
+        {"preempted_holders": len(th.crashed)},
+    )
+
+
+def crossdc(sc: Scenario) -> Outcome:
+    """Rollouts in a second datacenter behind the WAN; the headline counts their stall."""
+    c = Cluster.build(sc.topology)
+    trainers, local, remote = _place(sc, c)
+    rollouts = local + remote
+    pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
+    fetchers = dict(pause)
+    if sc.remote_seed:  # a spare dc1 host (CPU memory) starts pulling at publish
+        spare = [h for h in sorted(c.in_dc(1), key=_host_order) if h not in set(remote)]
+        if not spare:
+            raise ValueError(f"scenario {sc.name!r}: no spare dc1 host for the remote seed")
+        fetchers[spare[0]] = 0.0
+    th = _tensorhub(sc, trainers, fetchers)
+    naive = pull_from_trainer(c, trainers, pause, sc.size)
+    wan = sc.topology.wan_gbytes * 1e9
+    schemes = {
+        "tensorhub": Scheme(
+            "tensorhub",
+            _stalls(th.done, pause),
+            max(0.0, th.trainer_free - sc.train_step_s),
+            th.wan_bytes,
+        ),
+        "naive": _from_pulls("naive", naive, pause, sc),
+        "nccl": _nccl(sc, pause, min(sc.nic, wan), len(trainers) + len(rollouts)),
+    }
+    # Bound: a remote instance needs its whole copy after pausing, and the first copy
+    # cannot cross the WAN faster than size / wan after the publish.
+    crossing = sc.size / wan
+    lb = {r: max(sc.size / sc.nic, crossing - pause[r] if r in remote else 0) for r in rollouts}
+    schemes["lower_bound"] = Scheme("lower_bound", lb, 0.0)
+    mine = schemes["tensorhub"]
+    remote_lb = [lb[r] for r in remote]
+    remote_mine = [mine.rollout_stall[r] for r in remote]
+    return Outcome(
+        sc,
+        schemes,
+        "remote rollouts' GPU stall",
+        schemes["naive"].total_stall(sc, remote) / mine.total_stall(sc, remote),
+        "naive",
+        sum(remote_mine) / sum(remote_lb),
+        max(m / b for m, b in zip(remote_mine, remote_lb, strict=True)),
+        th.trace_hash,
+        th.events,
+        {"wan_copies": round(th.wan_bytes / sc.size, 2)},
+    )
+
+
+RUNNERS = {"standalone": standalone, "elastic": elastic, "crossdc": crossdc}
+
+
+def run(sc: Scenario) -> Outcome:
+    return RUNNERS[sc.kind](sc)
