@@ -138,7 +138,14 @@ class Swarm:
         for f in fetchers:
             self.nodes[f] = _Node(f, bytearray(n), slots=slots())
         self.fetchers = list(fetchers)
-        self._fetcher_dcs = {cluster.hosts[f].dc for f in fetchers}
+        # Fetching now, per datacenter: a planner's candidate WAN owners (the real node reads
+        # them off the holder view: peers of its DC with a partial copy; one that has not
+        # begun, or has finished, is not one).
+        self._fetching: dict[int, list[str]] = {}
+        self._dc_members: dict[int, int] = {}  # live swarm nodes per datacenter
+        for name in self.nodes:
+            dc = cluster.hosts[name].dc
+            self._dc_members[dc] = self._dc_members.get(dc, 0) + 1
         self._peer_sets(list(holders))
 
     # -- set-up --------------------------------------------------------------------------------
@@ -168,9 +175,6 @@ class Swarm:
             for p in peers:
                 node.planner.set_source(p, self.c.tier(f, p), ())
                 self.nodes[p].followers.append(f)
-            dc = self.c.hosts[f].dc
-            local = [g for g in self.fetchers if self.c.hosts[g].dc == dc]
-            node.planner.set_dc_fetchers(local)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -182,11 +186,16 @@ class Swarm:
 
     def _begin(self, f: str) -> None:
         self.nodes[f].started = self.e.now
+        self._count(f, +1)
         self._pump(f)
 
     def crash(self, name: str) -> None:
         """Kill a node: its transfers stop, others find out when their requests fail."""
         node = self.nodes[name]
+        if node.started is not None and node.finished is None and not node.dead:
+            self._count(name, -1)
+        if not node.dead:
+            self._dc_members[self.c.hosts[name].dc] -= 1
         node.dead = True
         for t in list(node.inflight.values()):
             if t is not None:
@@ -252,9 +261,17 @@ class Swarm:
             return
         if src.seeder is not None:
             remote = self.c.hosts[s].dc != self.c.hosts[f].dc
-            local_busy = remote and self.c.hosts[s].dc in self._fetcher_dcs
+            # As the Hub asks: does the origin's DC have other live members (they carry
+            # the chunk across the WAN), and who could pass it on to f (alive, f's DC)?
+            local_busy = remote and self._dc_members.get(self.c.hosts[s].dc, 0) > 1
+            fdc = self.c.hosts[f].dc
             d = src.seeder.decide(
-                c, f, self.e.now, remote=remote, local_busy=local_busy, alive=self._alive
+                c,
+                f,
+                self.e.now,
+                remote=remote,
+                local_busy=local_busy,
+                alive=lambda g: self._alive(g) and self.c.hosts[g].dc == fdc,
             )
             if not d.serve:
                 self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED, d.holders))
@@ -280,6 +297,20 @@ class Swarm:
             go()
         else:
             src.queued[ticket] = go
+
+    def _count(self, f: str, delta: int) -> None:
+        dc = self.c.hosts[f].dc
+        active = self._fetching.setdefault(dc, [])
+        if delta > 0:
+            active.append(f)
+        else:
+            active.remove(f)
+        for g in active:
+            p = self.nodes[g].planner
+            if p is not None:
+                p.set_dc_fetchers(active)
+                if g != f:
+                    self._pump(g)  # turns changed: a chunk it waited on may be its own now
 
     def _alive(self, name: str) -> bool:
         return name in self.nodes and not self.nodes[name].dead
@@ -314,8 +345,9 @@ class Swarm:
             self.e.trace("chunk", f, r.chunk, s)
             node.settle(r.chunk)
             self.e.later(self.cfg.hint_delay, lambda: self._announce(f, r.chunk))
-        if p.done:
+        if p.done and node.finished is None:
             node.finished = self.e.now
+            self._count(f, -1)
             self.e.trace("done", f)
             return
         self._pump(f)

@@ -366,7 +366,17 @@ class Hub:
             n != core.name and (where := core.locality_of(n)) is not None and _dc(where) == my_dc
             for n in core.alive()
         )
-        return remote, local, self._alive
+        if loc is None:
+            return remote, local, self._alive
+        peer_dc = _dc(loc)
+
+        def can_pass_on(name: str) -> bool:
+            # A recipient in another datacenter than the peer's would have to send the
+            # chunk back across the WAN: for this peer it is as good as gone.
+            where = core.locality_of(name)
+            return self._alive(name) and (where is None or _dc(where) == peer_dc)
+
+        return remote, local, can_pass_on
 
     def _alive(self, name: str) -> bool:
         return self.gossip.core.status(name) is Status.ALIVE

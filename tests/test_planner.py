@@ -238,3 +238,24 @@ def test_blocked_rare_chunks_do_not_hide_chunks_a_peer_can_serve() -> None:
     for _ in range(5):
         p.tick()
     assert {q.source for q in p.next_requests()} == {"origin"}  # the blocks expired
+
+
+def test_a_chunk_whose_datacenter_holder_is_busy_waits_instead_of_crossing_the_wan() -> None:
+    """Regression (simulated cross-DC run, seed 825): a same-DC holder that refused (busy)
+    sent the fetcher to the trainer across the WAN: a second WAN copy of a chunk the DC
+    had. A deferral waits for that holder; a failure (corrupt, error) still goes round."""
+    p = planner(n=1, total=4, per_source=4, refused_ticks=5)
+    p.set_dc_fetchers(["me"])  # we would own every WAN crossing
+    p.set_source("seed", 2, [0])  # same datacenter, another rack
+    p.set_source("trainer", 3, [0], origin=True)  # across the WAN
+    (r,) = p.next_requests()
+    assert r.source == "seed"
+    p.failed(0, "seed", Failure.REFUSED)
+    assert p.next_requests() == []
+    for _ in range(5):
+        p.tick()
+    (r,) = p.next_requests()
+    assert r.source == "seed" and p.wan_requests == 0
+    p.failed(0, "seed", Failure.CORRUPT)
+    (r,) = p.next_requests()
+    assert r.source == "trainer" and p.wan_requests == 1

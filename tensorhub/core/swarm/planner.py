@@ -419,8 +419,15 @@ class ChunkPlanner:
                 self._sleep(c, self._unblocked_at(c))
                 continue
             wan = best >= 2 * WAN_TIER
-            if wan and not self._may_cross_wan(c):
-                continue
+            if wan:
+                back = self._near_holder_back_at(c)
+                if back is not None:
+                    # A holder in our datacenter is only backed off (busy, refused): wait
+                    # for it. Crossing the WAN for a chunk the DC has costs far more.
+                    self._sleep(c, back)
+                    continue
+                if not self._may_cross_wan(c):
+                    continue
             if src is None:
                 continue  # its nearest holders are busy
             out.append(self._request(src, c, duplicate=False))
@@ -459,6 +466,20 @@ class ChunkPlanner:
             self._sleep(chunk, min(alive) + self.cfg.owner_timeout)
             return False
         return True
+
+    def _near_holder_back_at(self, c: int) -> int | None:
+        """When a holder of ``c`` inside our datacenter that only deferred this chunk (busy,
+        or not there yet) may be asked again; None if there is none. A source backed off for
+        failing (an error, a corrupt chunk) does not count: the WAN is the way round it."""
+        when = [
+            self._blocked[(n, c)]
+            for n in self._holders[c]
+            if (s := self.sources.get(n)) is not None
+            and s.rank < 2 * WAN_TIER
+            and self._usable(s)
+            and (n, c) in self._blocked
+        ]
+        return max(min(when), self.now + 1) if when else None
 
     def _unblocked_at(self, c: int) -> int:
         """The first tick at which some holder of ``c`` may be asked for it again."""

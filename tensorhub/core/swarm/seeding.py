@@ -62,7 +62,9 @@ class SuperSeeder:
     ) -> SeedDecision:
         """May ``peer`` have ``chunk`` from us now? ``remote``: it is in another datacenter;
         ``local_busy``: other nodes of our datacenter are fetching this version; ``alive``:
-        whether a node is alive (the membership view), if known."""
+        whether a node is alive (the membership view) and able to pass the chunk on to
+        ``peer`` (a recipient in another datacenter than the peer's is not: it would send
+        it back across the WAN), if known."""
         got = self.recipients.get(chunk, [])
         if peer in got:
             return SERVE  # a retry: the copy we sent was lost or corrupted on the way

@@ -1,0 +1,131 @@
+"""The paper's workloads in the simulator: baselines against their closed forms, every scheme
+against its lower bound, the WAN carrying about one copy, determinism, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.__main__ import main
+from sim.baselines import pull_from_trainer, push_then_pull, ring_broadcast
+from sim.report import fit
+from sim.scenario import Scenario, from_dict, load
+from sim.swarm import SwarmConfig
+from sim.topology import GB, Cluster, TopologySpec
+from sim.workloads import run
+
+SMALL = SwarmConfig(chunks=16, peers=6)
+TOPO = TopologySpec(racks_per_dc=4, hosts_per_rack=4)
+
+
+def small(kind: str, seed: int = 1, **kw: object) -> Scenario:
+    base: dict[str, object] = {
+        "standalone": dict(trainer_hosts=4, rollout_hosts=10),
+        "elastic": dict(trainer_hosts=2, rollout_hosts=6, joiners=8, preempt=0.3),
+        "crossdc": dict(trainer_hosts=4, rollout_hosts=10, remote_rollouts=5),
+    }[kind]
+    topo = TOPO if kind != "crossdc" else TopologySpec(dcs=2, racks_per_dc=3, hosts_per_rack=4)
+    fields = {**base, **kw}
+    return Scenario(
+        name=kind, kind=kind, model_gb=8, topology=topo, swarm=SMALL, seed=seed, **fields
+    )  # type: ignore[arg-type]
+
+
+def test_ucx_fan_out_matches_the_closed_form() -> None:
+    """k joiners pulling from T trainer hosts at once: k*S/(T*B) when k > T (paper 12.3)."""
+    c = Cluster.build(TOPO)
+    hosts = sorted(c.hosts)
+    trainers, joiners = hosts[:2], hosts[2:10]
+    p = pull_from_trainer(c, trainers, dict.fromkeys(joiners, 0.0), 8 * GB)
+    nic = TOPO.nic_gbytes * GB * TOPO.efficiency
+    expect = len(joiners) * 8 * GB / (len(trainers) * nic)
+    assert max(p.done.values()) == pytest.approx(expect, rel=0.02)
+
+
+def test_storage_moves_every_byte_twice_and_reads_wait_for_the_push() -> None:
+    c = Cluster.build(TOPO)
+    hosts = sorted(c.hosts)
+    p = push_then_pull(c, hosts[:4], dict.fromkeys(hosts[4:8], 0.0), 8 * GB, storage_hosts=2)
+    nic = TOPO.nic_gbytes * GB * TOPO.efficiency
+    assert p.senders_free == pytest.approx(8 * GB / (2 * nic), rel=0.02)  # store's NICs
+    assert min(p.done.values()) >= p.senders_free + 8 * GB / nic * 0.99
+
+
+def test_ring_broadcast_is_one_copy_time_plus_the_pipeline_fill() -> None:
+    assert ring_broadcast(100.0, 1, 10.0, 1.0, 0.0) == 10.0
+    assert ring_broadcast(100.0, 11, 10.0, 1.0, 0.0) == pytest.approx(11.0)
+
+
+@pytest.mark.parametrize("kind", ["standalone", "elastic", "crossdc"])
+def test_no_scheme_beats_the_lower_bound_and_tensorhub_beats_its_baseline(
+    kind: str, seed: int
+) -> None:
+    o = run(small(kind, seed=seed % 1000))
+    lb = o.schemes["lower_bound"].rollout_stall
+    for name, s in o.schemes.items():
+        for r, stall in s.rollout_stall.items():
+            assert stall >= lb[r] * 0.999, (name, r, stall, lb[r])
+    assert o.ratio > 1.0, o.summary()
+    assert o.over_lb_mean >= 0.999
+
+
+def test_elastic_joiners_finish_despite_preempted_holders(seed: int) -> None:
+    o = run(small("elastic", seed=seed % 1000, preempt=0.5))
+    assert o.extra["preempted_holders"] == 3
+    assert len(o.schemes["tensorhub"].rollout_stall) == 8  # invariants checked inside run
+
+
+def test_across_datacenters_tensorhub_crosses_the_wan_about_once(seed: int) -> None:
+    sc = small("crossdc", seed=seed % 1000)
+    o = run(sc)
+    assert o.schemes["tensorhub"].wan_bytes <= 1.3 * sc.size
+    assert o.schemes["naive"].wan_bytes == pytest.approx(sc.remote_rollouts * sc.size, rel=1e-6)
+
+
+def test_same_seed_same_trace_hash() -> None:
+    a, b, c = run(small("standalone", 3)), run(small("standalone", 3)), run(small("standalone", 4))
+    assert a.trace_hash == b.trace_hash
+    assert a.summary() == b.summary()
+    assert a.trace_hash != c.trace_hash
+
+
+def test_scenario_files_load_and_bad_fields_are_named() -> None:
+    for name in ("standalone", "elastic", "crossdc"):
+        sc = load(Path("sim/scenarios") / f"{name}.yaml")
+        assert sc.kind == name
+    with pytest.raises(ValueError, match="unknown scenario fields: \\['modelgb'\\]"):
+        from_dict({"kind": "standalone", "modelgb": 3})
+    with pytest.raises(ValueError, match="kind must be one of"):
+        from_dict({"kind": "broadcast"})
+    with pytest.raises(ValueError, match="crossdc needs"):
+        from_dict({"kind": "crossdc"})
+    with pytest.raises(ValueError, match="needs 200 hosts"):
+        run(small("standalone", rollout_hosts=196))
+    assert fit(small("standalone", rollout_hosts=196)).topology.racks_per_dc == 50
+
+
+def test_cli_run_writes_json_and_refuses_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o.json"
+    args = ["run", "sim/scenarios/elastic.yaml", "--set", "joiners=8", "--set", "rollout_hosts=8"]
+    assert main([*args, "--set", "swarm.chunks=16", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["kind"] == "elastic" and data["ratio"] > 1
+    assert "tensorhub" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: standalone\nnics: 3\n")
+    assert main(["run", str(bad)]) == 2
+    assert "unknown scenario fields" in capsys.readouterr().err
+
+
+def test_reproduce_reports_each_ratio_beside_the_papers(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert main(["reproduce", "--json", str(out)]) == 0
+    res = {r["kind"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(res) == {"standalone", "elastic", "crossdc"}
+    assert [res[k]["paper_ratio"] for k in ("standalone", "elastic", "crossdc")] == [6.7, 4.8, 19]
+    for r in res.values():
+        assert r["ratio"] > 1 and r["tensorhub_over_lower_bound_mean"] >= 1
