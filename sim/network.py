@@ -5,6 +5,9 @@ recomputed by progressive filling (the max-min fair allocation: raise all rates 
 a link that fills freezes the flows through it), and the next completion is scheduled.
 Packets are not modelled: that is what lets thousands of nodes and terabytes of weights
 simulate in seconds. Propagation delay is added once, at the start of a flow.
+
+A flow may follow an *upstream* flow (cut-through: forwarding bytes still arriving): once
+it has caught up with the upstream's bytes it moves no faster than the upstream does.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .engine import Engine, _Event
+
+INF = float("inf")
+CATCH_UP = 1e-3
+"""A follower within this fraction of its size of its upstream's bytes has caught up: a
+byte-exact test made followers flap between capped and free, an event every nanosecond."""
 
 
 @dataclass(eq=False)
@@ -32,6 +40,9 @@ class Flow:
     rate: float = 0.0
     tag: str = ""
     id: int = 0
+    upstream: Flow | None = None
+    cap: Link | None = None  # private link: the upstream's rate once caught up
+    slack: float = 0.0  # bytes within which it counts as caught up
 
 
 @dataclass(eq=False)
@@ -55,8 +66,10 @@ class Network:
         done: Callable[[], None],
         latency: float = 0.0,
         tag: str = "",
+        upstream: Transfer | None = None,
     ) -> Transfer:
-        """Move ``nbytes`` over ``path``; call ``done`` when the last byte arrives."""
+        """Move ``nbytes`` over ``path``; call ``done`` when the last byte arrives. With
+        ``upstream``, never get ahead of the bytes that transfer has moved."""
         t = Transfer()
 
         def begin() -> None:
@@ -64,7 +77,16 @@ class Network:
                 return
             self._advance()
             self._ids += 1
-            f = Flow(tuple(path), float(nbytes), done, tag=tag, id=self._ids)
+            up = upstream.flow if upstream is not None else None
+            links = tuple(path)
+            cap = None
+            if up is not None and up.id in self.flows:
+                cap = Link(f"cap/{self._ids}", INF)
+                links = (*links, cap)
+            else:
+                up = None
+            f = Flow(links, float(nbytes), done, tag=tag, id=self._ids, upstream=up, cap=cap)
+            f.slack = CATCH_UP * float(nbytes)
             t.flow = f
             self.flows[f.id] = f
             for link in f.path:
@@ -99,7 +121,44 @@ class Network:
         self._last = self.engine.now
 
     def _reallocate(self) -> None:
-        """Max-min fair rates by progressive filling; then schedule the next completion.
+        """Max-min fair rates, capping flows that caught up with their upstream at its rate
+        (a few rounds: a chain of followers settles top-down); then schedule the next event:
+        a completion, or a follower catching up."""
+        followers = [f for f in self.flows.values() if f.cap is not None]
+        for f in followers:
+            assert f.cap is not None
+            f.cap.capacity = INF
+        for _ in range(4):
+            self._fill()
+            changed = False
+            for f in followers:
+                up = f.upstream
+                assert f.cap is not None and up is not None
+                if up.id not in self.flows:
+                    continue  # upstream finished (or was cancelled): no constraint left
+                if f.remaining <= up.remaining + f.slack and f.rate > up.rate * (1 + 1e-9):
+                    f.cap.capacity = up.rate
+                    changed = True
+            if not changed:
+                break
+        if self._next is not None:
+            self._next.cancelled = True
+            self._next = None
+        if self.flows:
+            wait = min(
+                max(f.remaining, 0.0) / f.rate if f.rate > 0 else INF for f in self.flows.values()
+            )
+            for f in followers:
+                up = f.upstream
+                assert up is not None
+                ahead = f.remaining - up.remaining
+                if up.id in self.flows and ahead > f.slack and f.rate > up.rate:
+                    wait = min(wait, (ahead - f.slack / 2) / (f.rate - up.rate))
+            if wait < INF:
+                self._next = self.engine.later(wait, self._complete)
+
+    def _fill(self) -> None:
+        """Max-min fair rates by progressive filling.
 
         The link that fills first is popped from a heap keyed by its fair share (stale
         entries are skipped), so a reallocation costs O((links + flows x hops) log links)
@@ -134,15 +193,6 @@ class Network:
                     if lk.name != name and active[lk.name] > 0:
                         heapq.heappush(heap, (left[lk.name] / active[lk.name], lk.name))
             active[name] = 0
-        if self._next is not None:
-            self._next.cancelled = True
-            self._next = None
-        if self.flows:
-            wait = min(
-                max(f.remaining, 0.0) / f.rate if f.rate > 0 else float("inf")
-                for f in self.flows.values()
-            )
-            self._next = self.engine.later(wait, self._complete)
 
     def _complete(self) -> None:
         self._next = None

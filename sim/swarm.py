@@ -48,16 +48,21 @@ class SwarmConfig:
     hint_delay: float = 0.002
     tick: float = 0.0  # 0: the time one chunk takes at NIC rate (the real one's ratio)
     super_seed: bool = True
+    # A node serves a chunk while it is still receiving it, never ahead of the bytes that
+    # have arrived (the network paces the follower by its upstream): the real node serves
+    # each 4 MiB chunk once it has it, and a simulated chunk is a run of many of them.
+    # Off: a simulated chunk is served only once whole (store and forward).
+    cut_through: bool = True
     reserve_after: float = 1.0
-    # Concurrency scaled down with the coarse chunk: the real node's 4 slots and 16 requests
-    # in flight of 4 MiB chunks are a few MiB of pipeline; of 1/64 of a model they made each
-    # chunk arrive 4-16 chunk times late and queued fetchers behind busy holders (50 GB to
-    # 127 hosts: 8.5x the lower bound with those, 2.0x with these).
-    slots: int = 2
+    seed_spare: bool = True  # an origin with idle upload slots also sends repeat copies
+    # Concurrency for the coarse chunk: each fetcher draws from 6 distinct holders at once
+    # and each holder feeds 4, so max-min sharing evens out the load (with 2 and 4, half of
+    # the downlinks idled behind busy holders: 50 GB to 48 instances took 1.5x the bound).
+    slots: int = 4
     max_waiting: int = 4  # beyond this, "busy", as the real node answers
     planner: PlannerConfig = field(
         default_factory=lambda: PlannerConfig(
-            owner_timeout=40, total=4, per_source=2, initial_random=1
+            owner_timeout=40, total=6, per_source=1, initial_random=1
         )
     )
 
@@ -80,7 +85,10 @@ class _Node:
     parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
 
     def receiving(self, chunk: int) -> bool:
-        return any(r.chunk == chunk for r in self.inflight)
+        """Bytes of ``chunk`` are on their way here (a transfer holds a slot at a source).
+        Not: a request still in the air or queued, or one whose bytes all arrived and wait
+        on a cut-through upstream (two such nodes could otherwise wait on each other)."""
+        return any(r.chunk == chunk and t is not None for r, t in self.inflight.items())
 
     def settle(self, chunk: int) -> None:
         for answer in self.parked.pop(chunk, []):
@@ -132,7 +140,7 @@ class Swarm:
                 have[c] = 1
             node = self.nodes[o] = _Node(o, have, slots=slots())
             if cfg.super_seed:
-                node.seeder = SuperSeeder(n, cfg.reserve_after)
+                node.seeder = SuperSeeder(n, cfg.reserve_after, cfg.seed_spare)
         for h in holders:  # complete replicas that are not origins (earlier fetchers)
             self.nodes[h] = _Node(h, bytearray(b"\1" * n), slots=slots())
         for f in fetchers:
@@ -197,12 +205,26 @@ class Swarm:
         if not node.dead:
             self._dc_members[self.c.hosts[name].dc] -= 1
         node.dead = True
-        for t in list(node.inflight.values()):
+        for r, t in list(node.inflight.items()):
             if t is not None:
                 self.net.cancel(t)
+                self._release(r.source)  # the sender's slot was ours
         node.inflight.clear()
         for c in list(node.parked):
             node.settle(c)  # they find it dead
+        # What it was sending or had queued stops too; each receiver finds out after the
+        # path's delay.
+        for f in self.fetchers:
+            other = self.nodes[f]
+            for r, t in list(other.inflight.items()):
+                if r.source == name:
+                    if t is not None:
+                        self.net.cancel(t)
+                    other.inflight[r] = None
+                    self.e.later(self.c.latency(name, f), functools.partial(self._lost, f, r))
+
+    def _lost(self, f: str, r: Request) -> None:
+        self._failed(f, r, "lost")
 
     @property
     def done(self) -> bool:
@@ -251,11 +273,13 @@ class Swarm:
             self.e.later(back, lambda: self._failed(f, r, "lost"))
             return
         if not src.have[c]:
-            if src.receiving(c):  # as the real peer does: answer once it has arrived
+            if not src.receiving(c):
+                self.e.later(back, lambda: self._failed(f, r, Failure.MISSING))
+                return
+            if not self.cfg.cut_through:  # answer once it has arrived
                 src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
                 return
-            self.e.later(back, lambda: self._failed(f, r, Failure.MISSING))
-            return
+            # else serve it as it arrives (below): what the real node does chunk by chunk
         if not src.slots.admit():  # as the real peer: too many waiting, ask elsewhere
             self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED))
             return
@@ -272,6 +296,7 @@ class Swarm:
                 remote=remote,
                 local_busy=local_busy,
                 alive=lambda g: self._alive(g) and self.c.hosts[g].dc == fdc,
+                spare=src.slots.has_spare(),
             )
             if not d.serve:
                 self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED, d.holders))
@@ -284,14 +309,20 @@ class Swarm:
             if src.dead or self.nodes[f].dead:
                 self._release(s)
                 return
+            feed = None  # cutting through: the transfer bringing c to s paces ours
+            if not src.have[c]:
+                feed = next((t for q, t in src.inflight.items() if q.chunk == c and t), None)
             t = self.net.start(
                 self.c.path(s, f),
                 self.chunk_bytes,
                 lambda: self._delivered(s, f, r),
                 latency=back,
                 tag=f"{s}>{f}",
+                upstream=feed,
             )
             self.nodes[f].inflight[r] = t
+            if self.cfg.cut_through and not self.nodes[f].have[c]:
+                self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
 
         if src.slots.request(f, ticket):
             go()
@@ -330,7 +361,30 @@ class Swarm:
 
     def _delivered(self, s: str, f: str, r: Request) -> None:
         self._release(s)
-        self.nodes[s].last_sent = self.e.now
+        src = self.nodes[s]
+        src.last_sent = self.e.now
+        if src.dead and not src.have[r.chunk]:
+            self._failed(f, r, "lost")  # it died before the rest of the chunk reached it
+            return
+        if not src.have[r.chunk]:
+            # Cut through: our bytes are here, the rest of the chunk is still on its way to
+            # s; the request stays in flight (no flow, no slot) until s has it all.
+            node = self.nodes[f]
+            if not node.dead and r in node.inflight:
+                node.inflight[r] = None
+                src.parked.setdefault(r.chunk, []).append(lambda: self._upstream(s, f, r))
+            return
+        self._arrived(s, f, r)
+
+    def _upstream(self, s: str, f: str, r: Request) -> None:
+        """The chunk ``f`` cut through from ``s`` settled at ``s``: complete, or lost."""
+        src = self.nodes[s]
+        if src.have[r.chunk]:
+            self._arrived(s, f, r)
+        else:  # s lost it (died, or its own source failed): so did f
+            self._failed(f, r, "lost" if src.dead else Failure.MISSING)
+
+    def _arrived(self, s: str, f: str, r: Request) -> None:
         p = self._settle(f, r)
         if p is None:
             return

@@ -95,6 +95,9 @@ class Hub:
         """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
         self.super_seed_after: float | None = SUPER_SEED_AFTER
         """Publish as a super-seeding origin (None: serve every request, as a plain holder)."""
+        self.seed_spare = True
+        """A super-seeding origin with idle upload slots also sends repeat copies (False: its
+        NIC carries training traffic, so it sends each chunk once)."""
 
     @classmethod
     async def start(
@@ -203,7 +206,12 @@ class Hub:
         returns) and commit them as shard ``shard`` of (model, version)."""
         dp = _dp(model, shard)
         manifest = self.node.serve(
-            dp, version, tensors, chunk_size=chunk_size, super_seed=self.super_seed_after
+            dp,
+            version,
+            tensors,
+            chunk_size=chunk_size,
+            super_seed=self.super_seed_after,
+            seed_spare=self.seed_spare,
         )
         self.gossip.advertise(dp, version, b"\1" * manifest.num_chunks, origin=True)
         cmd = PublishShard(

@@ -196,17 +196,20 @@ class Node:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         align: int = DEFAULT_ALIGN,
         super_seed: float | None = None,
+        seed_spare: bool = True,
     ) -> Manifest:
         """Hold ``tensors`` as (model, version) and serve them (no copy is made of
         contiguous tensors: they must not change until :meth:`withdraw` returns).
 
         ``super_seed``: serve as the origin, each chunk once before any twice (a chunk is
-        sent again only after its requests were refused for this many seconds)."""
+        sent again only after its requests were refused for this many seconds, or at once
+        while our uplink has idle slots unless ``seed_spare`` is False: set that where the
+        NIC also carries training traffic)."""
         data = TensorBytes.from_state_dict(tensors, chunk_size, align)
         manifest = build_manifest(data)
         replica = Replica(model, version, manifest, data)
         if super_seed is not None:
-            replica.seeder = SuperSeeder(manifest.num_chunks, super_seed)
+            replica.seeder = SuperSeeder(manifest.num_chunks, super_seed, seed_spare)
         replica.have[:] = b"\x01" * manifest.num_chunks
         self.store.add(replica)
         return manifest

@@ -228,7 +228,13 @@ class PeerHandler:
                 self._seed_context(peer, replica) if self._seed_context else (False, False, None)
             )
             d = seeder.decide(
-                msg.chunk, peer, now, remote=remote, local_busy=local_busy, alive=alive
+                msg.chunk,
+                peer,
+                now,
+                remote=remote,
+                local_busy=local_busy,
+                alive=alive,
+                spare=self._uploads.policy.has_spare(),
             )
             if not d.serve:
                 self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))

@@ -11,7 +11,13 @@ from sim.swarm import Swarm, SwarmConfig
 from sim.topology import GB, Cluster, TopologySpec
 from tensorhub.core.swarm import PlannerConfig
 
-CFG = SwarmConfig(chunks=32, peers=8, reserve_after=5.0, planner=PlannerConfig(missing_ticks=10))
+CFG = SwarmConfig(
+    chunks=32,
+    peers=8,
+    reserve_after=5.0,
+    seed_spare=False,  # strict super-seeding: the origin's one copy is what is checked
+    planner=PlannerConfig(missing_ticks=10),
+)
 
 
 def run(seed: int, crash: str | None = None, dcs: int = 1) -> tuple[Swarm, Cluster, Engine]:

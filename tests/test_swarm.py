@@ -305,7 +305,7 @@ async def test_super_seeding_origin_sends_each_chunk_about_once() -> None:
     rest to whoever got it, so its egress stays near one model size (a star would be 4)."""
     sd = model(16)
     async with nodes(5) as (origin, *fetchers):
-        m = origin.serve("m", 1, sd, chunk_size=1 << 20, super_seed=5.0)
+        m = origin.serve("m", 1, sd, chunk_size=1 << 20, super_seed=5.0, seed_spare=False)
         by_name = {n.name: n for n in [origin, *fetchers]}
 
         def locate(name: str) -> tuple[str, int] | None:

@@ -144,3 +144,22 @@ async def test_a_grant_whose_waiter_was_cancelled_passes_its_slot_on() -> None:
     assert next_.ready.done() and next_.held
     up.release(next_)
     assert up.policy.active == 0
+
+
+def test_an_origin_with_spare_slots_sends_repeat_copies_unless_told_not_to() -> None:
+    """Regression (simulated standalone run): strict once-only seeding left 32 trainer NICs
+    idle while the first rollouts queued on each other: the 2nd-10th fetches took 2-2.8x
+    their bound. Idle slots now serve repeats; a remote peer or a busy uplink still waits."""
+    s = SuperSeeder(2, reserve_after=10)
+    assert s.decide(0, "a", 0.0).serve
+    s.sent(0, "a", 0.0)
+    assert not s.decide(0, "b", 0.0).serve  # no spare: the recipient passes it on
+    assert s.decide(0, "b", 0.0, spare=True).serve
+    assert not s.decide(0, "c", 0.0, spare=True, remote=True, local_busy=True).serve
+    strict = SuperSeeder(2, reserve_after=10, serve_spare=False)
+    strict.sent(0, "a", 0.0)
+    assert not strict.decide(0, "b", 0.0, spare=True).serve
+    slots = UploadSlots(slots=4, max_waiting=4)
+    assert slots.has_spare()
+    assert slots.request("x", 1) and slots.request("y", 2) and slots.has_spare()
+    assert slots.request("z", 3) and not slots.has_spare()

@@ -42,9 +42,12 @@ SERVE = SeedDecision(True)
 
 
 class SuperSeeder:
-    def __init__(self, num_chunks: int, reserve_after: float) -> None:
+    def __init__(self, num_chunks: int, reserve_after: float, serve_spare: bool = True) -> None:
         self.num_chunks = num_chunks
         self.reserve_after = reserve_after
+        # Off where the origin's NIC carries other traffic (a trainer's collectives): then
+        # it sends each chunk once, however idle its uplink looks from here.
+        self.serve_spare = serve_spare
         self.served = [0] * num_chunks  # copies of each chunk handed out
         self.recipients: dict[int, list[str]] = {}
         self._refused_since: dict[int, float] = {}  # first refusal since it last went out
@@ -59,15 +62,20 @@ class SuperSeeder:
         remote: bool = False,
         local_busy: bool = False,
         alive: Callable[[str], bool] | None = None,
+        spare: bool = False,
     ) -> SeedDecision:
         """May ``peer`` have ``chunk`` from us now? ``remote``: it is in another datacenter;
         ``local_busy``: other nodes of our datacenter are fetching this version; ``alive``:
         whether a node is alive (the membership view) and able to pass the chunk on to
         ``peer`` (a recipient in another datacenter than the peer's is not: it would send
-        it back across the WAN), if known."""
+        it back across the WAN), if known; ``spare``: our uplink has idle slots (a repeat
+        copy then costs nothing a first copy needs: the origin's idle NIC is bandwidth the
+        swarm would otherwise lack while the first copies still spread)."""
         got = self.recipients.get(chunk, [])
         if peer in got:
             return SERVE  # a retry: the copy we sent was lost or corrupted on the way
+        if spare and got and not remote and self.serve_spare:
+            return SERVE
         # Remote while our datacenter fetches: its fetchers carry the chunk across the WAN.
         if not got and not (remote and local_busy):
             return SERVE

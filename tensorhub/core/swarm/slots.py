@@ -24,6 +24,11 @@ class UploadSlots:
         self.waiting = 0
         self.refused = 0
 
+    def has_spare(self) -> bool:
+        """Two or more slots idle and nobody waiting: room to serve something optional
+        (a super-seeding origin's repeat copy) and still start the next request at once."""
+        return self.active + 2 <= self.slots and not self.waiting
+
     def admit(self) -> bool:
         """May one more request be queued? (False: answer "busy".)"""
         if self.active >= self.slots and self.waiting >= self.max_waiting:
