@@ -43,12 +43,27 @@ def ring_broadcast(
     return size / rate + (members - 1) * (chunk / rate + hop_latency)
 
 
+def wan_outage(e: Engine, net: Network, c: Cluster, window: tuple[float, float] | None) -> None:
+    """Cut every WAN link during ``window`` (a partitioned datacenter), then restore it."""
+    if window is None:
+        return
+    for link in c.wan.values():
+        rate = link.capacity
+        e.at(window[0], functools.partial(net.set_capacity, link, 0.0))
+        e.at(window[1], functools.partial(net.set_capacity, link, rate))
+
+
 def pull_from_trainer(
-    c: Cluster, trainers: Sequence[str], receivers: dict[str, float], size: float
+    c: Cluster,
+    trainers: Sequence[str],
+    receivers: dict[str, float],
+    size: float,
+    outage: tuple[float, float] | None = None,
 ) -> Pulls:
     """Each receiver, at its start time, pulls ``size / len(trainers)`` from every trainer."""
     e = Engine()
     net = Network(e)
+    wan_outage(e, net, c, outage)
     done: dict[str, float] = {}
     free = [0.0]
     part = size / len(trainers)

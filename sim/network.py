@@ -99,6 +99,12 @@ class Network:
             begin()
         return t
 
+    def set_capacity(self, link: Link, capacity: float) -> None:
+        """Change a link's rate now (0: cut; its flows stall until it comes back)."""
+        self._advance()
+        link.capacity = capacity
+        self._reallocate()
+
     def cancel(self, t: Transfer) -> None:
         """Stop a transfer (its sender or receiver died): its ``done`` is never called."""
         t.cancelled = True

@@ -44,6 +44,10 @@ class Scenario:
     # ...and at publish one spare host there pulls a seed copy into CPU memory (the paper's
     # "optional CPU copy"), so the WAN crossing overlaps the remote rollouts' generation.
     remote_seed: bool = True
+    # Control plane (real Raft and gossip cores): the registry's voters, and faults.
+    registry_voters: int = 3
+    leader_crash: bool = False  # the registry's leader dies right after the publish
+    wan_outage_s: tuple[float, float] | None = None  # crossdc: the WAN is cut in [a, b)
     # Baselines.
     storage_hosts: int = 8  # push-then-pull store: hosts with the same NIC rate
     nccl_chunk_mb: float = 4.0  # ring pipeline granularity
@@ -117,4 +121,7 @@ def from_dict(raw: dict[str, Any], default_name: str = "scenario") -> Scenario:
     if bad:
         raise ValueError(f"unknown or unsupported swarm fields: {sorted(bad)}")
     raw.setdefault("name", default_name)
+    if raw.get("wan_outage_s") is not None:
+        a, b = raw["wan_outage_s"]
+        raw["wan_outage_s"] = (float(a), float(b))
     return Scenario(topology=TopologySpec(**topo), swarm=SwarmConfig(**sw), **raw)

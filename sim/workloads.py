@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .baselines import Pulls, pull_from_trainer, push_then_pull, ring_broadcast
+from .baselines import Pulls, pull_from_trainer, push_then_pull, ring_broadcast, wan_outage
+from .control import commit_publish, spread_version
 from .engine import Engine
 from .network import Network
 from .scenario import Scenario
@@ -146,6 +147,7 @@ def _tensorhub(
     e = Engine()
     net = Network(e)
     c = Cluster.build(sc.topology)
+    wan_outage(e, net, c, sc.wan_outage_s)
     n = sc.swarm.chunks
     step = max(1, min(len(trainers), n))  # trainer j holds chunks j, j + step, ...
     slices: dict[str, Sequence[int]] = {t: range(j % n, n, step) for j, t in enumerate(trainers)}
@@ -191,6 +193,46 @@ def _check_swarm(s: Swarm, crashed: list[str]) -> None:
         raise AssertionError(f"{len(s.net.flows)} flows left on the network")
 
 
+# -- the control plane ------------------------------------------------------------------------
+
+
+@dataclass
+class _Control:
+    commit_s: float
+    heard_s: list[float]  # per node, after the commit
+    leader_changes: int
+    hashes: tuple[str, str]
+
+    def ready(self, fetchers: Sequence[str], at: dict[str, float]) -> dict[str, float]:
+        """When each fetch may begin: its instance has paused and it has heard of the
+        version (committed, then gossiped). Node i of the gossip run stands for fetcher i."""
+        return {
+            f: max(at[f], self.commit_s + self.heard_s[(i + 1) % len(self.heard_s)])
+            for i, f in enumerate(fetchers)
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "commit_s": round(self.commit_s, 3),
+            "gossip_worst_s": round(max(self.heard_s), 3),
+            "leader_changes": self.leader_changes,
+            "raft_trace": self.hashes[0],
+            "gossip_trace": self.hashes[1],
+        }
+
+
+def _control(sc: Scenario, nodes: int) -> _Control:
+    """Commit and gossip of one publish, on the real cores."""
+    commit = commit_publish(sc.seed, sc.registry_voters, sc.leader_crash)
+    spread = spread_version(sc.seed, nodes + 1, sc.topology.dcs)
+    return _Control(
+        commit.seconds,
+        spread.seconds,
+        commit.leader_changes,
+        (commit.trace_hash, spread.trace_hash),
+    )
+
+
 # -- the three workloads ----------------------------------------------------------------------
 
 
@@ -221,7 +263,8 @@ def standalone(sc: Scenario) -> Outcome:
     c = Cluster.build(sc.topology)
     trainers, rollouts, _ = _place(sc, c)
     pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
-    th = _tensorhub(sc, trainers, pause)
+    ctl = _control(sc, len(trainers) + len(rollouts))
+    th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause))
     schemes = {
         "tensorhub": Scheme(
             "tensorhub",
@@ -257,7 +300,8 @@ def standalone(sc: Scenario) -> Outcome:
                 k: round(s.total_stall(sc) / mine.total_stall(sc), 2)
                 for k, s in schemes.items()
                 if k != "tensorhub"
-            }
+            },
+            "control": ctl.summary(),
         },
     )
 
@@ -269,6 +313,8 @@ def elastic(sc: Scenario) -> Outcome:
     trainers, hosts, _ = _place(sc, c)
     holders, joiners = hosts[: sc.rollout_hosts], hosts[sc.rollout_hosts :]
     arrive = dict.fromkeys(joiners, 0.0)
+    # The version was committed and gossiped long ago; a joiner gets the holder map in its
+    # first state exchange with a seed (one round trip), which is not modelled.
     th = _tensorhub(sc, trainers, arrive, holders, sc.preempt)
     ucx = pull_from_trainer(c, trainers, arrive, sc.size)
     schemes = {
@@ -307,8 +353,9 @@ def crossdc(sc: Scenario) -> Outcome:
         if not spare:
             raise ValueError(f"scenario {sc.name!r}: no spare dc1 host for the remote seed")
         fetchers[spare[0]] = 0.0
-    th = _tensorhub(sc, trainers, fetchers)
-    naive = pull_from_trainer(c, trainers, pause, sc.size)
+    ctl = _control(sc, len(trainers) + len(fetchers))
+    th = _tensorhub(sc, trainers, ctl.ready(list(fetchers), fetchers))
+    naive = pull_from_trainer(c, trainers, pause, sc.size, sc.wan_outage_s)
     wan = sc.topology.wan_gbytes * 1e9
     schemes = {
         "tensorhub": Scheme(
@@ -338,7 +385,7 @@ def crossdc(sc: Scenario) -> Outcome:
         max(m / b for m, b in zip(remote_mine, remote_lb, strict=True)),
         th.trace_hash,
         th.events,
-        {"wan_copies": round(th.wan_bytes / sc.size, 2)},
+        {"wan_copies": round(th.wan_bytes / sc.size, 2), "control": ctl.summary()},
     )
 
 
