@@ -1,11 +1,9 @@
-"""The discrete-event simulator of whole clusters (virtual clock, flow-level network).
+"""The discrete-event simulator of whole clusters, on the real tensorhub cores.
 
-Built so far: the engine (``engine.py``: virtual clock, event heap, deterministic order,
-a trace hash), the flow-level network (``network.py``: links, flows, max-min fair
-sharing by progressive filling), the topology (``topology.py``) and one version's data
-plane (``swarm.py``) run by the real planner, super-seeder and upload slots. Not built yet
-(issue #6): fidelity at scale (a broadcast takes 1.8-2.0x its lower bound, not 1.15x),
-Raft and gossip cores in the simulated nodes, the paper's workloads and baselines, and
-the ``python -m sim`` CLI. Meanwhile the protocol cores are simulated one protocol at a
-time by the harnesses in ``tensorhub.testing`` (``raft_cluster``, ``gossip_cluster``).
+``python -m sim reproduce`` runs the paper's three workloads (standalone, elastic, cross-DC
+rollouts) against their baselines and lower bounds; ``python -m sim sweep`` moves each
+assumed parameter and writes ``docs/results.md``. The data plane is the real chunk planner,
+super-seeder and upload slots on a flow-level max-min network (``swarm.py``,
+``network.py``); each publish's commit and gossip run on the real Raft and gossip cores
+(``control.py``). See ``docs/architecture.md`` for the model and its assumptions.
 """

@@ -11,7 +11,7 @@ import pytest
 from sim.__main__ import main
 from sim.baselines import pull_from_trainer, push_then_pull, ring_broadcast
 from sim.control import commit_publish, spread_version
-from sim.report import fit
+from sim.report import Sweep, fit, markdown, plot, sweep
 from sim.scenario import Scenario, from_dict, load
 from sim.swarm import SwarmConfig
 from sim.topology import GB, Cluster, TopologySpec
@@ -159,3 +159,16 @@ def test_a_wan_outage_stalls_the_remote_dc_and_it_still_finishes_with_one_copy(s
     mine, before = cut.schemes["tensorhub"].rollout_stall, calm.schemes["tensorhub"].rollout_stall
     assert all(mine[h] >= before[h] for h in remote)
     assert cut.schemes["naive"].mean() > calm.schemes["naive"].mean()
+
+
+def test_a_sweep_moves_one_parameter_and_reports_it_with_a_plot(tmp_path: Path) -> None:
+    sw = Sweep("tail", "standalone", "gen_sigma", (0.05, 0.6), "sigma", "why")
+    points = sweep(small("standalone"), sw)
+    assert [v for v, _ in points] == [0.05, 0.6]
+    assert [o.scenario.gen_sigma for _, o in points] == [0.05, 0.6]
+    assert points[1][1].ratio > points[0][1].ratio  # a longer tail: a longer barrier wait
+    png = tmp_path / "tail.png"
+    plot(sw, points, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = markdown([points[0][1]], [(sw, points)], {"tail": "tail.png"}, "test")
+    assert "| 0.6 |" in md and "![standalone tail](tail.png)" in md and "## Assumptions" in md
