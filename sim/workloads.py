@@ -83,6 +83,9 @@ class Outcome:
             "tensorhub_over_lower_bound_worst": round(self.over_lb_worst, 3),
             "trace_hash": self.trace_hash,
             "events": self.events,
+            # A fetcher's NIC, busy at line rate x efficiency for the lower bound's time out
+            # of its whole update: its mean utilization while it updated.
+            "tensorhub_rollout_nic_utilization": round(1 / self.over_lb_mean, 3),
             "schemes": {
                 n: {
                     "total_stall_gpu_s": round(s.total_stall(sc), 1),
@@ -135,6 +138,7 @@ class _SwarmRun:
     trace_hash: str
     events: int
     crashed: list[str]
+    trainer_copies: float  # the trainer hosts' egress, in model sizes
 
 
 def _tensorhub(
@@ -177,7 +181,8 @@ def _tensorhub(
     done = {f: s.nodes[f].finished or float("inf") for f in fetchers}
     free = max(s.nodes[t].last_sent for t in trainers)
     wan = sum(link.carried for link in c.wan.values())
-    return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed)
+    egress = sum(c.hosts[t].up.carried for t in trainers) / sc.size
+    return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed, egress)
 
 
 def _check_swarm(s: Swarm, crashed: list[str]) -> None:
@@ -250,11 +255,18 @@ def _from_pulls(name: str, p: Pulls, pause: dict[str, float], sc: Scenario) -> S
 
 
 def _nccl(
-    sc: Scenario, pause: dict[str, float], rate: float, members: int, rebuild: float = 0.0
+    sc: Scenario,
+    pause: dict[str, float],
+    rate: float,
+    members: int,
+    rebuild: float = 0.0,
+    outage: tuple[float, float] | None = None,
 ) -> Scheme:
     barrier = max(pause.values()) + rebuild
     t = ring_broadcast(sc.size, members, rate, sc.nccl_chunk_mb * 1e6, 4 * sc.topology.hop_latency)
     end = barrier + t
+    if outage is not None and outage[0] < end and outage[1] > barrier:  # the ring stalls
+        end += outage[1] - max(outage[0], barrier)
     return Scheme("nccl", {r: end - g for r, g in pause.items()}, max(0.0, end - sc.train_step_s))
 
 
@@ -302,6 +314,7 @@ def standalone(sc: Scenario) -> Outcome:
                 if k != "tensorhub"
             },
             "control": ctl.summary(),
+            "trainer_egress_copies": round(th.trainer_copies, 2),
         },
     )
 
@@ -337,7 +350,10 @@ def elastic(sc: Scenario) -> Outcome:
         mine.worst() / lb,
         th.trace_hash,
         th.events,
-        {"preempted_holders": len(th.crashed)},
+        {
+            "preempted_holders": len(th.crashed),
+            "trainer_egress_copies": round(th.trainer_copies, 2),
+        },
     )
 
 
@@ -365,11 +381,16 @@ def crossdc(sc: Scenario) -> Outcome:
             th.wan_bytes,
         ),
         "naive": _from_pulls("naive", naive, pause, sc),
-        "nccl": _nccl(sc, pause, min(sc.nic, wan), len(trainers) + len(rollouts)),
+        "nccl": _nccl(
+            sc, pause, min(sc.nic, wan), len(trainers) + len(rollouts), outage=sc.wan_outage_s
+        ),
     }
     # Bound: a remote instance needs its whole copy after pausing, and the first copy
     # cannot cross the WAN faster than size / wan after the publish.
     crossing = sc.size / wan
+    cut = sc.wan_outage_s
+    if cut is not None and cut[0] < crossing:  # nothing crosses while the WAN is cut
+        crossing += cut[1] - max(cut[0], 0.0)
     lb = {r: max(sc.size / sc.nic, crossing - pause[r] if r in remote else 0) for r in rollouts}
     schemes["lower_bound"] = Scheme("lower_bound", lb, 0.0)
     mine = schemes["tensorhub"]
@@ -385,7 +406,11 @@ def crossdc(sc: Scenario) -> Outcome:
         max(m / b for m, b in zip(remote_mine, remote_lb, strict=True)),
         th.trace_hash,
         th.events,
-        {"wan_copies": round(th.wan_bytes / sc.size, 2), "control": ctl.summary()},
+        {
+            "wan_copies": round(th.wan_bytes / sc.size, 2),
+            "trainer_egress_copies": round(th.trainer_copies, 2),
+            "control": ctl.summary(),
+        },
     )
 
 

@@ -96,6 +96,8 @@ def test_scenario_files_load_and_bad_fields_are_named() -> None:
     for name in ("standalone", "elastic", "crossdc"):
         sc = load(Path("sim/scenarios") / f"{name}.yaml")
         assert sc.kind == name
+    faults = load("sim/scenarios/crossdc-faults.yaml")
+    assert faults.leader_crash and faults.wan_outage_s == (0.0, 20.0)
     with pytest.raises(ValueError, match="unknown scenario fields: \\['modelgb'\\]"):
         from_dict({"kind": "standalone", "modelgb": 3})
     with pytest.raises(ValueError, match="kind must be one of"):
