@@ -140,6 +140,15 @@ class _SwarmRun:
     crashed: list[str]
     trainer_copies: float  # the trainer hosts' egress, in model sizes
 
+    def scheme(self, pause: dict[str, float], sc: Scenario) -> Scheme:
+        """Stalls counted from each instance's pause; the trainer's past its next step."""
+        return Scheme(
+            "tensorhub",
+            _stalls(self.done, pause),
+            max(0.0, self.trainer_free - sc.train_step_s),
+            self.wan_bytes,
+        )
+
 
 def _tensorhub(
     sc: Scenario,
@@ -278,12 +287,7 @@ def standalone(sc: Scenario) -> Outcome:
     ctl = _control(sc, len(trainers) + len(rollouts))
     th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause))
     schemes = {
-        "tensorhub": Scheme(
-            "tensorhub",
-            _stalls(th.done, pause),
-            max(0.0, th.trainer_free - sc.train_step_s),
-            th.wan_bytes,
-        ),
+        "tensorhub": th.scheme(pause, sc),
         "nccl": _nccl(sc, pause, sc.nic, len(trainers) + len(rollouts)),
         "ucx": _from_pulls("ucx", pull_from_trainer(c, trainers, pause, sc.size), pause, sc),
         "storage": _from_pulls(
@@ -374,12 +378,7 @@ def crossdc(sc: Scenario) -> Outcome:
     naive = pull_from_trainer(c, trainers, pause, sc.size, sc.wan_outage_s)
     wan = sc.topology.wan_gbytes * 1e9
     schemes = {
-        "tensorhub": Scheme(
-            "tensorhub",
-            _stalls(th.done, pause),
-            max(0.0, th.trainer_free - sc.train_step_s),
-            th.wan_bytes,
-        ),
+        "tensorhub": th.scheme(pause, sc),
         "naive": _from_pulls("naive", naive, pause, sc),
         "nccl": _nccl(
             sc, pause, min(sc.nic, wan), len(trainers) + len(rollouts), outage=sc.wan_outage_s
