@@ -38,9 +38,9 @@ from tensorhub.testing.hub_procs import HubProcs, Spec
 MODEL = "bench"
 
 
-def _specs(fetchers: int) -> list[Spec]:
+def _specs(fetchers: int, seed_spare: bool = True) -> list[Spec]:
     half = (fetchers + 1) // 2
-    specs = [Spec("publisher", "dc0/rack0/publisher", voter=True)]
+    specs = [Spec("publisher", "dc0/rack0/publisher", voter=True, seed_spare=seed_spare)]
     for i in range(fetchers):
         dc = "dc0" if i < half else "dc1"
         specs.append(Spec(f"f{i}", f"{dc}/rack{i % 2}/f{i}", voter=i in (0, half)))
@@ -74,11 +74,16 @@ def main() -> None:
     ap.add_argument("--fetchers", type=int, default=8)
     ap.add_argument("--size", default="128MiB", help="model bytes (e.g. 64MiB, 1GiB)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument(
+        "--strict-seed",
+        action="store_true",
+        help="the publisher sends each chunk once (Hub.seed_spare = False)",
+    )
     args = ap.parse_args()
     size = parse_size(args.size)
     with (
         tempfile.TemporaryDirectory(prefix="tensorhub-fanout-") as tmp,
-        HubProcs(_specs(args.fetchers), tmp) as c,
+        HubProcs(_specs(args.fetchers, not args.strict_seed), tmp) as c,
     ):
         fetchers = [n for n in c.addr if n != "publisher"]
         c.call(["publisher"], "serve", "p2p", 1, size, 1)

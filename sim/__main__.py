@@ -21,7 +21,7 @@ from .scenario import Scenario, load
 from .workloads import Outcome, run
 
 SCENARIOS = Path(__file__).parent / "scenarios"
-PAPER_SCENARIOS = ("standalone", "elastic", "crossdc")
+PAPER_SCENARIOS = ("standalone", "elastic", "crossdc", "broadcast")
 
 
 def _override(sc: Scenario, sets: list[str], seed: int | None) -> Scenario:

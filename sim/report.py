@@ -26,7 +26,7 @@ def outcome_table(outcomes: Sequence[Outcome]) -> Table:
             o.headline,
             o.baseline,
             f"{o.ratio:.1f}x",
-            f"{PAPER[o.scenario.kind]:.1f}x",
+            f"{o.paper:.1f}x" if o.paper else "-",
             f"mean {o.over_lb_mean:.2f}x, worst {o.over_lb_worst:.2f}x",
         )
     return t
@@ -184,7 +184,7 @@ def markdown(
     for o in outcomes:
         lines.append(
             f"| {o.scenario.name} | {o.headline} | {o.baseline} | {o.ratio:.1f}x "
-            f"| {PAPER[o.scenario.kind]}x | mean {o.over_lb_mean:.2f}x, "
+            f"| {f'{o.paper}x' if o.paper else '-'} | mean {o.over_lb_mean:.2f}x, "
             f"worst {o.over_lb_worst:.2f}x |"
         )
     for o in outcomes:

@@ -35,6 +35,7 @@ class Spec:
     name: str
     locality: str  # dc/rack/host
     voter: bool = False
+    seed_spare: bool = True  # Hub.seed_spare: repeat copies from an idle publisher uplink
 
 
 class _Worker:
@@ -128,6 +129,7 @@ def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.C
             data_dir=data_dir if spec.voter else None,
             secret=SECRET,
         )
+        hub.seed_spare = spec.seed_spare
         pipe.send(("ready", hub.address))
         worker = _Worker(hub)
         loop = asyncio.get_running_loop()
