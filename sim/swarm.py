@@ -295,7 +295,9 @@ class Swarm:
                 self.e.now,
                 remote=remote,
                 local_busy=local_busy,
-                alive=lambda g: self._alive(g) and self.c.hosts[g].dc == fdc,
+                # (for a peer of the origin's DC, a recipient across the WAN is as good as
+                # gone; a remote peer is meant to get it from the origin's DC)
+                alive=lambda g: self._alive(g) and (remote or self.c.hosts[g].dc == fdc),
                 spare=src.slots.has_spare(),
             )
             if not d.serve:

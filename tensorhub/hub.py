@@ -379,10 +379,13 @@ class Hub:
         peer_dc = _dc(loc)
 
         def can_pass_on(name: str) -> bool:
-            # A recipient in another datacenter than the peer's would have to send the
-            # chunk back across the WAN: for this peer it is as good as gone.
+            # For a peer of our own datacenter, a recipient in another one would have to
+            # send the chunk back across the WAN: as good as gone. (A remote peer is meant
+            # to get it from our datacenter's recipients: they carry it across.)
             where = core.locality_of(name)
-            return self._alive(name) and (where is None or _dc(where) == peer_dc)
+            return self._alive(name) and (
+                where is None or peer_dc != my_dc or _dc(where) == peer_dc
+            )
 
         return remote, local, can_pass_on
 

@@ -67,7 +67,7 @@ class SuperSeeder:
         """May ``peer`` have ``chunk`` from us now? ``remote``: it is in another datacenter;
         ``local_busy``: other nodes of our datacenter are fetching this version; ``alive``:
         whether a node is alive (the membership view) and able to pass the chunk on to
-        ``peer`` (a recipient in another datacenter than the peer's is not: it would send
+        ``peer`` (for a peer of our datacenter, a recipient in another is not: it would send
         it back across the WAN), if known; ``spare``: our uplink has idle slots (a repeat
         copy then costs nothing a first copy needs: the origin's idle NIC is bandwidth the
         swarm would otherwise lack while the first copies still spread)."""
