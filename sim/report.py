@@ -49,11 +49,10 @@ def scheme_table(o: Outcome) -> Table:
     return t
 
 
-def print_outcomes(outcomes: Sequence[Outcome], detail: bool = True) -> None:
+def print_outcomes(outcomes: Sequence[Outcome]) -> None:
     con = Console()
-    if detail:
-        for o in outcomes:
-            con.print(scheme_table(o))
+    for o in outcomes:
+        con.print(scheme_table(o))
     con.print(outcome_table(outcomes))
 
 

@@ -3,6 +3,8 @@ network. Small clusters here; correctness, conservation and determinism, not spe
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sim.engine import Engine
@@ -21,11 +23,17 @@ CFG = SwarmConfig(
 
 
 def run(seed: int, crash: str | None = None, dcs: int = 1) -> tuple[Swarm, Cluster, Engine]:
+    return run_with(seed, CFG, crash, dcs)
+
+
+def run_with(
+    seed: int, cfg: SwarmConfig, crash: str | None = None, dcs: int = 1
+) -> tuple[Swarm, Cluster, Engine]:
     e = Engine()
     net = Network(e)
     c = Cluster.build(TopologySpec(dcs=dcs, racks_per_dc=2, hosts_per_rack=4))
     hosts = sorted(c.hosts)
-    s = Swarm(e, net, c, 8 * GB, [hosts[0]], hosts[1:], CFG, seed=seed)
+    s = Swarm(e, net, c, 8 * GB, [hosts[0]], hosts[1:], cfg, seed=seed)
     s.start()
     if crash is not None:
         e.at(0.05, lambda: s.crash(crash))
@@ -48,6 +56,25 @@ def test_a_fetcher_crashing_mid_transfer_does_not_stop_the_others(seed: int) -> 
     s, _c, _e = run(seed, crash="h0.0.2")
     assert s.done
     assert all(all(s.nodes[f].have) for f in s.fetchers if f != "h0.0.2")
+
+
+@pytest.mark.parametrize("seed", [1, 5, 8])
+def test_crash_regression_seeds(seed: int) -> None:
+    """Seeds that hung with cut-through serving: a crash leaked the slots its incoming
+    transfers held at the origin (5), and two nodes each cutting a chunk through from the
+    other waited for each other forever once their real source died (1, 8)."""
+    s, _c, _e = run(seed, crash="h0.0.2")
+    assert s.done
+    assert all(all(s.nodes[f].have) for f in s.fetchers if f != "h0.0.2")
+
+
+def test_cut_through_beats_store_and_forward(seed: int) -> None:
+    """The ablation the paper names (no partial-prefix serving): forwarding a chunk only
+    once whole is slower, and both complete."""
+    fast, _c, _e = run(seed)
+    slow, _c, _e = run_with(seed, dataclasses.replace(CFG, cut_through=False))
+    assert fast.done and slow.done
+    assert fast.completion() < slow.completion()
 
 
 def test_across_two_datacenters_the_wan_carries_about_one_copy(seed: int) -> None:
