@@ -12,8 +12,14 @@ apart, so the noise of a shared 2-core VM cancels out as far as it can.
 raw socket, so the ratio says what UCX buys (or costs) on this host. Where ``UCX_TLS`` is
 unset and the host has no RDMA device or GPU, UCX is pointed at loopback TCP.
 
+``--device cuda`` publishes from GPU tensors and fetches into GPU tensors: tensorhub copies
+each verified chunk to the device while the next ones arrive; the baseline receives into
+pinned host memory over the raw socket, then copies it all to the device (its copy time is
+reported apart, so the table also shows how much of the copy tensorhub hid).
+
     python bench/p2p.py --size 1GiB --json out.json
     python bench/p2p.py --transport ucx --size 256MiB --json out.json
+    python bench/p2p.py --device cuda --size 4GiB --json out.json
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+
+import torch
 
 from bench.common import machine, median, parse_size, print_table, write_json
 from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
@@ -55,15 +63,16 @@ def _raw_sender(sock: socket.socket, views: list[memoryview]) -> None:
             conn.recv(1)
 
 
-def server_main(size: int, chunk_size: int, transport: str, q: Any, stop: Any) -> None:
+def server_main(size: int, chunk_size: int, transport: str, device: str, q: Any, stop: Any) -> None:
     sd = llm_like_state_dict(size)
     views = [byte_view(t) for t in sd.values()]
+    published = {k: t.to(device) for k, t in sd.items()}  # a trainer's GPU weights
     raw = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=_raw_sender, args=(raw, views), daemon=True).start()
 
     async def main() -> None:
         node = await Node.start("bench-server", secret=SECRET, transport=transport)
-        manifest = node.serve("bench", 1, sd, chunk_size=chunk_size)
+        manifest = node.serve("bench", 1, published, chunk_size=chunk_size)
         q.put((node.address, node.ucx_address, raw.getsockname()[1], manifest.root, loop_name()))
         await asyncio.get_running_loop().run_in_executor(None, stop.wait)
         await node.close()
@@ -94,6 +103,7 @@ def main() -> None:
     ap.add_argument("--chunk-size", default=str(DEFAULT_CHUNK_SIZE))
     ap.add_argument("--window", type=int, default=8, help="chunk requests in flight")
     ap.add_argument("--transport", default="tcp", choices=["tcp", "ucx"])
+    ap.add_argument("--device", default="cpu", help="where the tensors live: cpu or cuda")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args()
     size, chunk_size = parse_size(args.size), parse_size(args.chunk_size)
@@ -103,7 +113,9 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()
     srv = ctx.Process(
-        target=server_main, args=(size, chunk_size, args.transport, q, stop), daemon=True
+        target=server_main,
+        args=(size, chunk_size, args.transport, args.device, q, stop),
+        daemon=True,
     )
     srv.start()
     addr, ucx_addr, raw_port, root, server_loop = q.get(timeout=300)
@@ -113,28 +125,48 @@ def main() -> None:
         node.ucx_route = lambda a: ucx_addr if a == addr else None
         peer = await node.peer(addr)
         manifest = await peer.get_manifest("bench", 1, root)
-        into = empty_like_manifest(manifest)
-        views = [byte_view(t) for t in into.values()]
+        into = empty_like_manifest(manifest, args.device)
+        on_gpu = args.device != "cpu"
+        host = {k: torch.empty_like(t, device="cpu", pin_memory=on_gpu) for k, t in into.items()}
+        views = [byte_view(t) for t in (host if on_gpu else into).values()]
+
+        def baseline() -> tuple[float, float]:
+            """Raw socket into host memory, then (on a GPU) one copy to the device."""
+            t_net = raw_receive(raw_port, views)
+            if not on_gpu:
+                return t_net, 0.0
+            t0 = time.perf_counter()
+            for k, t in into.items():
+                t.copy_(host[k], non_blocking=True)
+            torch.cuda.synchronize()
+            return t_net, time.perf_counter() - t0
+
         th: list[float] = []
         raw: list[float] = []
+        h2d: list[float] = []
         for i in range(args.runs + 1):
             # Alternate which path goes first, so neither always follows the other.
             if i % 2:
-                t_raw = raw_receive(raw_port, views)
+                t_net, t_copy = baseline()
             r = await node.fetch(
                 addr, "bench", 1, into, expected_root=root, window=args.window, hold=False
             )
             if not i % 2:
-                t_raw = raw_receive(raw_port, views)
-            if i:  # the first pair is the warm-up
+                t_net, t_copy = baseline()
+            if not i:
+                first = r.seconds  # on a GPU, this fetch also pins its host mirror
+            else:  # the first pair is the warm-up
                 th.append(r.seconds)
-                raw.append(t_raw)
+                raw.append(t_net + t_copy)
+                h2d.append(t_copy)
         # Bit-identity: the raw path wrote the same bytes last; re-fetch and compare digests.
         await node.fetch(addr, "bench", 1, into, expected_root=root, hold=False)
         await node.close()
         return {
             "tensorhub_s": th,
             "baseline_s": raw,
+            "h2d_s": h2d,
+            "first_s": first,
             "client_loop": loop_name(),
             "bytes": manifest.total_bytes,
             "chunks": manifest.num_chunks,
@@ -154,22 +186,30 @@ def main() -> None:
     # machine; the median over pairs is the figure of merit.
     ratio = median([b / t for t, b in zip(res["tensorhub_s"], res["baseline_s"], strict=True)])
     print_table(
-        f"p2p over {args.transport} ({res['connection']}): {n / 2**20:.0f} MiB, "
+        f"p2p over {args.transport} ({res['connection']}), {args.device} tensors: "
+        f"{n / 2**20:.0f} MiB, "
         f"{res['tensors']} tensors, {res['chunks']} chunks of "
         f"{chunk_size >> 10} KiB, window {args.window}, {args.runs} runs (median)",
         ["path", "GB/s", "runs (s)"],
         [
             [
-                "baseline: blocking sendall → recv_into",
+                "baseline: blocking sendall → recv_into"
+                + (" → copy to device" if args.device != "cpu" else ""),
                 raw_gbps,
                 " ".join(f"{t:.3f}" for t in res["baseline_s"]),
             ],
+            *(
+                [["  of which the copy to the device", n / median(res["h2d_s"]) / 1e9, ""]]
+                if args.device != "cpu"
+                else []
+            ),
             [
                 "tensorhub: framed chunks, verified",
                 th_gbps,
                 " ".join(f"{t:.3f}" for t in res["tensorhub_s"]),
             ],
             ["ratio tensorhub / baseline (median of pairs)", ratio, ""],
+            ["tensorhub's first fetch (warm-up, untimed above)", n / res["first_s"] / 1e9, ""],
             ["ratio of medians", th_gbps / raw_gbps, ""],
         ],
     )
@@ -178,6 +218,7 @@ def main() -> None:
         {
             "bench": "p2p",
             "transport": args.transport,
+            "device": args.device,
             "connection": res["connection"],
             "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
             "bytes": n,
@@ -187,6 +228,8 @@ def main() -> None:
             "ratio_of_medians": th_gbps / raw_gbps,
             "tensorhub_seconds": res["tensorhub_s"],
             "baseline_seconds": res["baseline_s"],
+            "baseline_device_copy_seconds": res["h2d_s"],
+            "tensorhub_first_fetch_seconds": res["first_s"],
             "chunk_size": chunk_size,
             "window": args.window,
             "chunks": res["chunks"],

@@ -202,8 +202,11 @@ class Hub:
         num_shards: int = 1,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> Published:
-        """Serve ``tensors`` (no copy: they must not change until :meth:`unpublish`
-        returns) and commit them as shard ``shard`` of (model, version)."""
+        """Serve ``tensors`` and commit them as shard ``shard`` of (model, version).
+
+        CPU tensors are served in place (no copy: they must not change until
+        :meth:`unpublish` returns); CUDA tensors are copied to pinned host memory here,
+        so training may write them again as soon as this returns."""
         dp = _dp(model, shard)
         manifest = self.node.serve(
             dp,

@@ -199,7 +199,8 @@ class Node:
         seed_spare: bool = True,
     ) -> Manifest:
         """Hold ``tensors`` as (model, version) and serve them (no copy is made of
-        contiguous tensors: they must not change until :meth:`withdraw` returns).
+        contiguous CPU tensors: they must not change until :meth:`withdraw` returns;
+        device tensors are copied to pinned host memory here and may change at once).
 
         ``super_seed``: serve as the origin, each chunk once before any twice (a chunk is
         sent again only after its requests were refused for this many seconds, or at once

@@ -53,6 +53,7 @@ class Replica:
 
     def mark(self, chunk: int) -> None:
         self.have[chunk] = 1
+        self.data.landed(chunk)  # its device copy (if any) overlaps the rest of the fetch
         self.settle(chunk)
 
     def park(self, chunk: int, answer: Callable[[], None]) -> None:

@@ -46,6 +46,7 @@ async def cluster(
             voter=True,
             data_dir=tmp / f"v{i}",
             secret=SECRET,
+            transport="tcp",  # not "auto": that picks UCX on a host with a GPU or RDMA
         )
         for i in range(3)
     ]

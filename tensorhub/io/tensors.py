@@ -5,7 +5,9 @@ into (a fetcher's preallocated destination). Views alias tensor memory, so a rec
 chunk lands in the destination tensors with no staging copy. Two exceptions, both
 explicit: a non-contiguous *source* tensor is published from a contiguous copy made once at
 publish time, and a non-contiguous *destination* is filled through a staging buffer copied
-into it by :meth:`TensorBytes.finalize`.
+into it by :meth:`TensorBytes.finalize`. Device (CUDA) tensors go through pinned host
+memory (:mod:`.device`): a snapshot taken at publish time, a mirror copied to the device
+chunk by chunk as a fetch verifies them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..core.layout import (
     plan_layout,
 )
 from ..core.manifest import Manifest
+from .device import DeviceUploads, PinnedArena, on_host, snapshot
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     name: dt for name in ITEMSIZE if isinstance(dt := getattr(torch, name, None), torch.dtype)
@@ -51,11 +54,8 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def byte_view(t: torch.Tensor) -> memoryview:
     """Writable flat bytes of a contiguous CPU tensor, aliasing its memory."""
-    if t.device.type != "cpu":
-        raise ValueError(
-            f"tensor on {t.device} cannot be sent over TCP directly; move it to CPU "
-            "(GPU staging arrives with the UCX transport)"
-        )
+    if not on_host(t):
+        raise ValueError(f"byte_view needs a CPU tensor, not one on {t.device}")
     if not t.is_contiguous():
         raise ValueError("byte_view needs a contiguous tensor")
     if t.numel() == 0:
@@ -90,13 +90,16 @@ class TensorBytes:
         self,
         layout: Layout,
         views: list[memoryview],
-        keep: list[torch.Tensor],
+        keep: list[object],
         pending: list[_Pending] | None = None,
+        uploads: DeviceUploads | None = None,
     ) -> None:
         self.layout = layout
         self._views = views
-        self._keep = keep  # tensors the views point into: keeps them alive
+        self._keep = keep  # tensors (and pinned arenas) the views point into
         self._pending = pending or []
+        self._uploads = uploads
+        self._uploaded = bytearray(layout.num_chunks)
 
     def read_parts(self, i: int) -> list[memoryview]:
         """Chunk ``i`` as views of tensor memory (padding as zeros), ready to send."""
@@ -121,8 +124,23 @@ class TensorBytes:
     def chunk_digest(self, i: int) -> bytes:
         return digest_parts(self.read_parts(i))
 
+    def landed(self, i: int) -> None:
+        """Chunk ``i`` is verified: queue its copy into device destinations (if any)."""
+        if self._uploads and not self._uploaded[i]:
+            self._uploaded[i] = 1
+            self._uploads.copy(
+                (seg.tensor, seg.start, seg.length)
+                for seg in self.layout.segments(i)
+                if seg.tensor != PADDING
+            )
+
     def finalize(self) -> None:
-        """Copy staged bytes into non-contiguous destinations and fill untied aliases."""
+        """Finish device copies, copy staged bytes into non-contiguous destinations and
+        fill untied aliases."""
+        if self._uploads:
+            for i in range(self.layout.num_chunks):
+                self.landed(i)  # chunks filled without landed() (a local copy, say)
+            self._uploads.wait()
         for p in self._pending:
             p.dest.copy_(p.src)
 
@@ -138,8 +156,8 @@ class TensorBytes:
         """Views of a publisher's tensors. Tensors that are the very same view (tied
         weights) are sent once; non-contiguous ones are copied once, here."""
         descs: list[TensorDesc] = []
-        keep: list[torch.Tensor] = []
         seen: dict[tuple[object, ...], str] = {}
+        picked: list[torch.Tensor] = []
         for name, t in tensors.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name!r} is a {type(t).__name__}, not a torch.Tensor")
@@ -147,10 +165,11 @@ class TensorBytes:
             if alias is None and t.numel():
                 seen[_alias_key(t)] = name
             descs.append(TensorDesc(name, dtype_name(t.dtype), tuple(t.shape), alias))
-            keep.append(t.detach() if t.is_contiguous() else t.detach().contiguous())
+            ok = t.is_contiguous() or not on_host(t)  # device tensors: snapshot() copies
+            picked.append(t.detach() if ok else t.detach().contiguous())
         layout = plan_layout(descs, chunk_size, align)
-        views = [byte_view(t) for t in keep]
-        return cls(layout, views, keep)
+        host, arena = snapshot(picked)
+        return cls(layout, [byte_view(t) for t in host], [*host, arena])
 
     @classmethod
     def for_destination(cls, manifest: Manifest, into: Mapping[str, torch.Tensor]) -> TensorBytes:
@@ -166,10 +185,16 @@ class TensorBytes:
                 f"{'…' if len(extra) > 5 else ''}"
             )
         views: list[memoryview] = []
-        keep: list[torch.Tensor] = []
+        keep: list[object] = []
         staged: list[_Pending] = []
         aliases: list[_Pending] = []
-        for spec in layout.tensors:
+        device = [
+            into[s.name] for s in layout.tensors if s.alias_of is None and not on_host(into[s.name])
+        ]
+        arena, twins = PinnedArena.carve(device)
+        keep.append(arena)
+        uploads = DeviceUploads(arena)
+        for index, spec in enumerate(layout.tensors):
             dest = into[spec.name]
             if dest.dtype != torch_dtype(spec.dtype) or tuple(dest.shape) != spec.shape:
                 raise ManifestError(
@@ -183,16 +208,24 @@ class TensorBytes:
                 views.append(memoryview(bytearray(0)))
                 keep.append(dest)
                 continue
-            if dest.is_contiguous() and dest.device.type == "cpu":
+            if dest.is_contiguous() and on_host(dest):
                 views.append(byte_view(dest))
                 keep.append(dest)
+            elif not on_host(dest):  # received into pinned memory, copied chunk by chunk
+                buf = next(twins)
+                views.append(byte_view(buf))
+                keep.append(buf)
+                if dest.is_contiguous():
+                    uploads.add(index, buf, dest)
+                else:
+                    staged.append(_Pending(dest, buf))
             else:
                 buf = torch.empty(spec.shape, dtype=dest.dtype)
                 views.append(byte_view(buf))
                 keep.append(buf)
                 staged.append(_Pending(dest, buf))
         # An alias is copied from its target's destination, so after the target's staging.
-        return cls(layout, views, keep, staged + aliases)
+        return cls(layout, views, keep, staged + aliases, uploads)
 
 
 def build_manifest(src: TensorBytes) -> Manifest:
@@ -200,14 +233,16 @@ def build_manifest(src: TensorBytes) -> Manifest:
     return Manifest(src.layout, [src.chunk_digest(i) for i in range(src.layout.num_chunks)])
 
 
-def empty_like_manifest(manifest: Manifest) -> dict[str, torch.Tensor]:
-    """Fresh, pre-touched CPU tensors shaped like the version (aliases tied as published)."""
+def empty_like_manifest(
+    manifest: Manifest, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Fresh, pre-touched tensors shaped like the version (aliases tied as published)."""
     out: dict[str, torch.Tensor] = {}
     for spec in manifest.tensors:
         if spec.alias_of is not None:
             out[spec.name] = out[spec.alias_of]
         else:
-            t = torch.empty(spec.shape, dtype=torch_dtype(spec.dtype))
+            t = torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device)
             # Touch every page now, so page faults stay off the receive path.
             t.reshape(-1).view(torch.uint8).zero_()
             out[spec.name] = t
@@ -225,4 +260,4 @@ def copy_chunk(src: TensorBytes, dst: TensorBytes, manifest: Manifest, i: int) -
 
 def tensor_digests(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
     """xxh3-128 (hex) of each tensor's bytes: compare two state_dicts across processes."""
-    return {k: digest(byte_view(t.contiguous())).hex() for k, t in tensors.items()}
+    return {k: digest(byte_view(t.contiguous().cpu())).hex() for k, t in tensors.items()}
