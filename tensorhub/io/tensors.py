@@ -184,6 +184,13 @@ class TensorBytes:
                 f"{'…' if len(missing) > 5 else ''}, unexpected {extra[:5]}"
                 f"{'…' if len(extra) > 5 else ''}"
             )
+        for spec in layout.tensors:  # all checked before any memory is pinned
+            dest = into[spec.name]
+            if dest.dtype != torch_dtype(spec.dtype) or tuple(dest.shape) != spec.shape:
+                raise ManifestError(
+                    f"destination {spec.name!r} is {dest.dtype} {tuple(dest.shape)}, "
+                    f"the version has {spec.dtype} {spec.shape}"
+                )
         views: list[memoryview] = []
         keep: list[object] = []
         staged: list[_Pending] = []
@@ -196,11 +203,6 @@ class TensorBytes:
         uploads = DeviceUploads(arena)
         for index, spec in enumerate(layout.tensors):
             dest = into[spec.name]
-            if dest.dtype != torch_dtype(spec.dtype) or tuple(dest.shape) != spec.shape:
-                raise ManifestError(
-                    f"destination {spec.name!r} is {dest.dtype} {tuple(dest.shape)}, "
-                    f"the version has {spec.dtype} {spec.shape}"
-                )
             if spec.alias_of is not None:
                 target = into[spec.alias_of]
                 if _alias_key(target) != _alias_key(dest):
