@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from tensorhub.core.swarm import PlannerConfig
+
 from .swarm import SwarmConfig
 from .topology import TopologySpec
 
@@ -80,12 +82,16 @@ class Scenario:
         return [rng.lognormvariate(mu, self.gen_sigma) for _ in range(n)]
 
     def replace(self, **changes: Any) -> Scenario:
-        """A copy with fields changed; ``topology.x``/``swarm.x`` reach the nested ones."""
+        """A copy with fields changed; ``topology.x``, ``swarm.x`` and ``swarm.planner.x``
+        reach the nested ones."""
         top: dict[str, Any] = {}
         sw: dict[str, Any] = {}
+        plan: dict[str, Any] = {}
         flat: dict[str, Any] = {}
         for k, v in changes.items():
-            if k.startswith("topology."):
+            if k.startswith("swarm.planner."):
+                plan[k.split(".", 2)[2]] = v
+            elif k.startswith("topology."):
                 top[k.split(".", 1)[1]] = v
             elif k.startswith("swarm."):
                 sw[k.split(".", 1)[1]] = v
@@ -93,6 +99,8 @@ class Scenario:
                 flat[k] = v
         if top:
             flat["topology"] = dataclasses.replace(self.topology, **top)
+        if plan:
+            sw["planner"] = dataclasses.replace(self.swarm.planner, **plan)
         if sw:
             flat["swarm"] = dataclasses.replace(self.swarm, **sw)
         return dataclasses.replace(self, **flat)
@@ -117,9 +125,17 @@ def from_dict(raw: dict[str, Any], default_name: str = "scenario") -> Scenario:
     bad = set(topo) - {f.name for f in dataclasses.fields(TopologySpec)}
     if bad:
         raise ValueError(f"unknown topology fields: {sorted(bad)}")
-    bad = (set(sw) - {f.name for f in dataclasses.fields(SwarmConfig)}) | ({"planner"} & set(sw))
+    bad = set(sw) - {f.name for f in dataclasses.fields(SwarmConfig)}
     if bad:
-        raise ValueError(f"unknown or unsupported swarm fields: {sorted(bad)}")
+        raise ValueError(f"unknown swarm fields: {sorted(bad)}")
+    if "planner" in sw:  # a map of PlannerConfig fields over the simulator's defaults
+        plan = sw["planner"]
+        if not isinstance(plan, dict):
+            raise ValueError("swarm.planner is a map of PlannerConfig fields")
+        fields = {f.name for f in dataclasses.fields(PlannerConfig)}
+        if set(plan) - fields:
+            raise ValueError(f"unknown swarm.planner fields: {sorted(set(plan) - fields)}")
+        sw["planner"] = dataclasses.replace(SwarmConfig().planner, **plan)
     raw.setdefault("name", default_name)
     if raw.get("wan_outage_s") is not None:
         a, b = raw["wan_outage_s"]

@@ -106,6 +106,16 @@ def test_scenario_files_load_and_bad_fields_are_named() -> None:
         from_dict({"kind": "crossdc"})
     with pytest.raises(ValueError, match="needs 200 hosts"):
         run(small("standalone", rollout_hosts=196))
+    # The planner's knobs, from YAML or --set, over the simulator's defaults.
+    tuned = from_dict({"kind": "standalone", "swarm": {"chunks": 128, "planner": {"total": 9}}})
+    assert (tuned.swarm.chunks, tuned.swarm.planner.total) == (128, 9)
+    assert (
+        tuned.swarm.planner.owner_timeout
+        == Scenario(name="x", kind="standalone").swarm.planner.owner_timeout
+    )
+    assert tuned.replace(**{"swarm.planner.per_source": 2}).swarm.planner.per_source == 2
+    with pytest.raises(ValueError, match=r"unknown swarm\.planner fields: \['totl'\]"):
+        from_dict({"kind": "standalone", "swarm": {"planner": {"totl": 9}}})
     assert fit(small("standalone", rollout_hosts=196)).topology.racks_per_dc == 50
 
 
