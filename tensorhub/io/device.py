@@ -134,8 +134,11 @@ def snapshot(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], Pinne
             out.append(t)
             continue
         host = next(slots)
-        host.copy_(t, non_blocking=True)  # pinned: an async DMA on t's current stream
-        devices.add(t.device)
+        if t.device.type == "cuda":
+            host.copy_(t, non_blocking=True)  # pinned: an async DMA on t's current stream
+            devices.add(t.device)
+        else:
+            host.copy_(t)  # another accelerator: a plain copy
         out.append(host)
     for d in devices:
         torch.cuda.current_stream(d).synchronize()

@@ -217,7 +217,7 @@ class TensorBytes:
                 buf = next(twins)
                 views.append(byte_view(buf))
                 keep.append(buf)
-                if dest.is_contiguous():
+                if dest.is_contiguous() and dest.device.type == "cuda":
                     uploads.add(index, buf, dest)
                 else:
                     staged.append(_Pending(dest, buf))
