@@ -49,6 +49,10 @@ def test_arena_is_page_locked_and_reused_once_freed() -> None:
     del arena
     again = PinnedArena(3 << 20)  # the next version, the same size: no pinning again
     assert again.memory.data_ptr() == ptr and again.memory.is_pinned()
+    view = memoryview(again.memory[:16].numpy())  # a send still reading it, say
+    del again
+    assert PinnedArena(3 << 20).memory.data_ptr() != ptr  # not reused under the reader
+    del view
     others = [PinnedArena(1 << 20) for _ in range(POOL_SIZE + 2)]
     del others  # the pool keeps POOL_SIZE, unregisters the rest
     assert len(_POOL) == POOL_SIZE

@@ -41,6 +41,12 @@ class _Block:
     memory: torch.Tensor
     registered: bool
     fences: dict[torch.cuda.Stream, torch.cuda.Event] = field(default_factory=dict)
+    users: int = -1  # references to the memory when nothing else used it (-1: unknown)
+
+    def idle(self) -> bool:
+        """Nothing outside the pool still refers to the memory: no view, no memoryview a
+        send in progress holds. Unknown (torch without the count) counts as in use."""
+        return self.users >= 0 and _users(self.memory) == self.users
 
     def quiet(self) -> None:
         """Wait until no copy queued from this memory is still reading it."""
@@ -56,6 +62,11 @@ tensors, so the next fetch asks for the same size, and pinning (faulting in and 
 every page) is otherwise the slowest step of a fetch to the GPU."""
 
 
+def _users(t: torch.Tensor) -> int:
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return -1 if count is None else int(count(t.untyped_storage()._cdata))
+
+
 def _pin(nbytes: int) -> _Block:
     memory = torch.empty(nbytes, dtype=torch.uint8)
     if nbytes == 0 or not torch.cuda.is_available():
@@ -64,12 +75,12 @@ def _pin(nbytes: int) -> _Block:
     if int(cudart.cudaHostRegister(memory.data_ptr(), nbytes, _PORTABLE)) != 0:
         # Refused (some sandboxes): torch's own pinned allocator, which pools by itself.
         return _Block(torch.empty(nbytes, dtype=torch.uint8, pin_memory=True), False)
-    return _Block(memory, registered=True)
+    return _Block(memory, registered=True, users=_users(memory))
 
 
 def _take(nbytes: int) -> _Block | None:
     for block in _POOL:
-        if block.memory.numel() == nbytes:
+        if block.memory.numel() == nbytes and block.idle():
             _POOL.remove(block)
             block.quiet()
             return block
@@ -88,8 +99,9 @@ class PinnedArena:
     """``nbytes`` of page-locked host memory as a flat uint8 tensor, :attr:`memory`.
 
     Whoever uses views of :attr:`memory` keeps the arena. When the arena is freed its
-    memory goes back to a small pool (:data:`POOL_SIZE`), and leaves it unregistered
-    only after every copy queued from it has finished. Falls back to torch's pinned
+    memory goes back to a small pool (:data:`POOL_SIZE`); it is reused only once no view
+    of it is left (a send may still read a dropped replica), and leaves the pool
+    unregistered only after every copy queued from it has finished. Falls back to torch's pinned
     allocator where registration is refused, and to pageable memory without CUDA."""
 
     def __init__(self, nbytes: int) -> None:
