@@ -16,7 +16,7 @@ a node's peers learn a chunk ``hint_delay`` after its transfer began (without cu
 after it arrived) (gossip, redirects);
 the planner ticks every ``tick`` of virtual time. Measured (``python -m sim reproduce``):
 a standalone RL step's updates take 1.05x their lower bound on average, a pure broadcast
-1.26x (see docs/results.md).
+1.12x (256 chunks; see docs/results.md).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import ChunkPlanner, Failure, PlannerConfig, Request, wan_owner
+from tensorhub.core.swarm.planner import owner_order
 
 ALL = range(16)
 
@@ -259,3 +260,57 @@ def test_a_chunk_whose_datacenter_holder_is_busy_waits_instead_of_crossing_the_w
     p.failed(0, "seed", Failure.CORRUPT)
     (r,) = p.next_requests()
     assert r.source == "trainer" and p.wan_requests == 1
+
+
+def _rack(p: ChunkPlanner, mates: list[str], n: int) -> None:
+    """``p``'s rack-mates fetch this version (sources with nothing yet); the only holder
+    is in another rack."""
+    p.set_source("other_rack", 2, range(n))
+    for m in mates:
+        p.set_source(m, 1, ())
+    p.set_dc_fetchers([p.me, *mates])
+
+
+def test_rack_owners_bring_each_chunk_into_the_rack_once() -> None:
+    rack = [f"r{i}" for i in range(4)]
+    planners = {f: planner(f, 64, total=128, per_source=128) for f in rack}
+    into: Counter[int] = Counter()
+    for f, p in planners.items():
+        _rack(p, [g for g in rack if g != f], 64)
+        for r in p.next_requests():
+            assert r.source == "other_rack" and owner_order(r.chunk, rack)[0] == f
+            into[r.chunk] += 1
+    assert set(into) == set(range(64)) and set(into.values()) == {1}  # each chunk once
+
+
+def test_a_rack_mate_takes_a_chunk_from_its_owner_and_without_owners_everyone_crosses() -> None:
+    p = planner("me", 16, total=32, per_source=32)
+    _rack(p, ["mate"], 16)
+    mine = {c for c in range(16) if owner_order(c, ["me", "mate"])[0] == "me"}
+    assert 0 < len(mine) < 16
+    assert {r.chunk for r in p.next_requests()} == mine
+    theirs = min(set(range(16)) - mine)
+    p.add_chunk("mate", theirs)  # the owner has it now (cut-through: is receiving it)
+    assert [(r.source, r.chunk) for r in p.next_requests()] == [("mate", theirs)]
+    q = planner("me", 16, total=32, per_source=32, rack_owners=False)
+    _rack(q, ["mate"], 16)
+    assert {r.chunk for r in q.next_requests()} == set(range(16))
+
+
+def test_a_rack_owner_that_leaves_is_taken_over_at_once() -> None:
+    p = planner("me", 16, total=32, per_source=32)
+    _rack(p, ["mate"], 16)
+    mine = {r.chunk for r in p.next_requests()}
+    p.remove_source("mate")  # died or left: we are alone in the rack
+    assert {r.chunk for r in p.next_requests()} == set(range(16)) - mine
+
+
+def test_a_silent_rack_owner_is_taken_over_after_owner_timeout() -> None:
+    p = planner("me", 16, total=32, per_source=32, owner_timeout=5)
+    _rack(p, ["mate"], 16)
+    mine = {r.chunk for r in p.next_requests()}
+    for _ in range(4):
+        p.tick()
+    assert p.next_requests() == []
+    p.tick()  # the mate has not been seen for owner_timeout ticks: not fetching after all
+    assert {r.chunk for r in p.next_requests()} == set(range(16)) - mine

@@ -19,6 +19,11 @@ very planner that moves real bytes. Rules, in order:
    in the chunk's rendezvous order may fetch it, then the next: still one WAN copy at a
    time. An owner the holder view still lists (alive, fetching) is slow, not gone, and is
    waited for: over a shaped WAN, taking over from slow owners only doubled the WAN bytes.
+   **Across racks** (``rack_owners``) the same rule holds one level down: a chunk that no
+   one in our rack holds (only other racks or an origin do) is fetched into the rack by
+   its rendezvous owner among our rack's fetchers, and the others take it from that
+   owner. A ToR uplink is oversubscribed where a NIC is not; without owners each rack
+   pulled about two copies of a broadcast through it instead of one (``python -m sim``).
 3. **Rarest first** among eligible chunks (fewest holders), after ``initial_random`` random
    picks so a newcomer quickly has something to serve; ties break in a seeded random order.
 4. **Flow control.** At most ``per_source`` requests in flight per source and ``total``
@@ -45,6 +50,7 @@ from typing import NamedTuple, Protocol
 import xxhash
 
 WAN_TIER = 3
+RACK_TIER = 2  # a holder in another rack of our datacenter
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -60,6 +66,7 @@ class PlannerConfig:
     initial_random: int = 4
     endgame_copies: int = 1
     owner_timeout: int = 40
+    rack_owners: bool = True
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -151,6 +158,8 @@ class ChunkPlanner:
         self.dc_fetchers: list[str] = [me]
         self.dc_members: list[str] = []
         self._owners: dict[int, list[str]] = {}  # chunk -> its WAN owner order
+        self._rack: list[str] | None = None  # our rack's fetchers (None: to be derived)
+        self._rack_owners: dict[int, list[str]] = {}  # chunk -> its rack owner order
         self.now = 0
         self._order = list(range(num_chunks))
         rng.shuffle(self._order)  # the seeded tie-break among equally rare chunks
@@ -164,6 +173,7 @@ class ChunkPlanner:
         self._alarms: list[tuple[int, int]] = []  # heap of (tick, chunk)
         self._chunks: dict[int, _Chunk] = {}  # chunks in flight
         self._waiting: dict[int, int] = {}  # chunk -> tick it started waiting for its WAN owner
+        self._rack_waiting: dict[int, int] = {}  # the same, for its rack owner
         self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
         self.wan_requests = 0
@@ -193,9 +203,18 @@ class ChunkPlanner:
         self._holders[c].add(name)
         if was:
             self._bucket(c)
-        if c in self._asleep and (c not in self._waiting or self.sources[name].rank < 2 * WAN_TIER):
-            del self._asleep[c]  # a new holder to ask; or no WAN crossing needed any more
+        if c in self._asleep and self.sources[name].rank < self._wake_below(c):
+            del self._asleep[c]  # a new holder to ask; or no crossing needed any more
             self._return(c)
+
+    def _wake_below(self, c: int) -> int:
+        """A new holder of ``c`` wakes it if it ranks below this: any holder, unless ``c``
+        waits for an owner to bring it into our rack (then a rack-mate) or datacenter."""
+        if c in self._rack_waiting:
+            return 2 * RACK_TIER
+        if c in self._waiting:
+            return 2 * WAN_TIER
+        return 1 << 30
 
     def _drop(self, name: str, c: int) -> None:
         if name not in self._holders[c]:
@@ -236,7 +255,10 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is None:
             src = self.sources[name] = SourceInfo(tier, set(), origin, seen_at=self.now)
+            self._rack = None
         else:
+            if src.tier != tier:
+                self._rack = None
             src.tier, src.origin = tier, origin
             src.seen_at = self.now
         for c in chunks:
@@ -250,6 +272,7 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
+            self._rack = None
         if src is not None:
             src.seen_at = self.now
             if chunk not in src.chunks:
@@ -266,6 +289,10 @@ class ChunkPlanner:
         """A holder left or died: its in-flight chunks go back to the pool."""
         src = self.sources.pop(name, None)
         if src is not None:
+            self._rack = None
+            for c in self._rack_waiting:  # perhaps it was their rack owner: look again
+                if self._asleep.pop(c, None) is not None:
+                    self._return(c)
             for c in src.chunks:
                 self._drop(name, c)
         lost = []
@@ -285,6 +312,7 @@ class ChunkPlanner:
         if fetchers != self.dc_fetchers or others != self.dc_members:
             self.dc_fetchers, self.dc_members = fetchers, others
             self._owners.clear()
+            self._rack = None
             for c in list(self._asleep):  # turns changed: look again
                 del self._asleep[c]
                 self._return(c)
@@ -297,6 +325,7 @@ class ChunkPlanner:
         self._unbucket(chunk)
         self._asleep.pop(chunk, None)
         self._waiting.pop(chunk, None)
+        self._rack_waiting.pop(chunk, None)
         st = self._chunks.pop(chunk, None)
         self._release(source)
         if st is None:
@@ -428,6 +457,8 @@ class ChunkPlanner:
                     continue
                 if not self._may_cross_wan(c):
                     continue
+            elif best >= 2 * RACK_TIER and self.cfg.rack_owners and not self._may_enter_rack(c):
+                continue
             if src is None:
                 continue  # its nearest holders are busy
             out.append(self._request(src, c, duplicate=False))
@@ -443,16 +474,37 @@ class ChunkPlanner:
         order = self._owners.get(chunk)
         if order is None:
             order = self._owners[chunk] = owner_order(chunk, [*self.dc_fetchers, *self.dc_members])
+        return self._our_turn(chunk, order, self._waiting)
+
+    def _may_enter_rack(self, chunk: int) -> bool:
+        """May we fetch ``chunk`` from outside our rack now? Only its rack owner may, first."""
+        if self._rack is None:
+            self._rack = [
+                f
+                for f in self.dc_fetchers
+                if f == self.me or ((s := self.sources.get(f)) is not None and s.tier <= 1)
+            ]
+            self._rack_owners.clear()
+        if len(self._rack) < 2:
+            return True  # no rack-mate fetches this version: nobody to share with
+        order = self._rack_owners.get(chunk)
+        if order is None:
+            order = self._rack_owners[chunk] = owner_order(chunk, self._rack)
+        return self._our_turn(chunk, order, self._rack_waiting)
+
+    def _our_turn(self, chunk: int, order: list[str], waiting: dict[int, int]) -> bool:
+        """Is it our turn in ``order`` to bring ``chunk`` in? If not, it sleeps until it
+        might be (``waiting`` remembers since when it waits)."""
         turn = order.index(self.me)
         if turn == 0:
             return True
-        since = self._waiting.setdefault(chunk, self.now)
+        since = waiting.setdefault(chunk, self.now)
         our_turn = since + turn * self.cfg.owner_timeout
         if self.now < our_turn:
             self._sleep(chunk, our_turn)
             return False
         # Our turn by the clock; but an owner ahead of us that the holder view still lists
-        # (alive, fetching this version) will bring it, however slow its WAN: a second WAN
+        # (alive, fetching this version) will bring it, however slow its link: a second
         # copy would only slow both down. Take over only from owners that died, failed us,
         # or are not fetching at all.
         alive = [
