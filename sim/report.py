@@ -150,7 +150,7 @@ ASSUMPTIONS = (
     ("racks", "8 hosts per rack, 2:1 oversubscribed ToR uplinks", "a common fabric; not given"),
     ("WAN", "10 Gbit/s (1.25 GB/s) per direction, 30 ms RTT",
      "the paper says TCP-bound, not the rate; the WAN sweep moves it"),
-    ("chunks", "64 per model (the real system uses 4 MiB)",
+    ("chunks", "64 per model, 256 in the pure broadcast (the real system uses 4 MiB)",
      "keeps a terabyte model tractable; coarser chunks make pipelining slower, not faster"),
     ("NCCL", "ring at line rate, 4 MB pipeline chunks, after a barrier on the slowest rollout",
      "the strongest static-group broadcast; the elastic group rebuild (30 s) is a guess: "
