@@ -10,7 +10,7 @@ apart, so the noise of a shared 2-core VM cancels out as far as it can.
 
 ``--transport ucx`` moves tensorhub's frames over UCX (ucxx) instead; the baseline stays the
 raw socket, so the ratio says what UCX buys (or costs) on this host. Where ``UCX_TLS`` is
-unset and the host has no RDMA device or GPU, UCX is pointed at loopback TCP.
+unset and the host has no RDMA device, UCX is pointed at loopback TCP.
 
 ``--device cuda`` publishes from GPU tensors and fetches into GPU tensors: tensorhub copies
 each verified chunk to the device while the next ones arrive; the baseline receives into
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args()
     size, chunk_size = parse_size(args.size), parse_size(args.chunk_size)
+    on_gpu = args.device != "cpu"
     if args.transport == "ucx":
         ucx.loopback_defaults()
 
@@ -126,7 +127,6 @@ def main() -> None:
         peer = await node.peer(addr)
         manifest = await peer.get_manifest("bench", 1, root)
         into = empty_like_manifest(manifest, args.device)
-        on_gpu = args.device != "cpu"
         host = {k: torch.empty_like(t, device="cpu", pin_memory=on_gpu) for k, t in into.items()}
         views = [byte_view(t) for t in (host if on_gpu else into).values()]
 
@@ -193,14 +193,13 @@ def main() -> None:
         ["path", "GB/s", "runs (s)"],
         [
             [
-                "baseline: blocking sendall → recv_into"
-                + (" → copy to device" if args.device != "cpu" else ""),
+                "baseline: blocking sendall → recv_into" + (" → copy to device" if on_gpu else ""),
                 raw_gbps,
                 " ".join(f"{t:.3f}" for t in res["baseline_s"]),
             ],
             *(
                 [["  of which the copy to the device", n / median(res["h2d_s"]) / 1e9, ""]]
-                if args.device != "cpu"
+                if on_gpu
                 else []
             ),
             [

@@ -89,8 +89,8 @@ def worthwhile() -> bool:
 
     A GPU alone is not enough. Chunks travel in host memory (see :mod:`.device`), and on
     an H100 host without RDMA, UCX's own choice of transports moved 1 GiB between two
-    local processes at 0.27x our TCP transport's rate (``UCX_TLS=sm,self,cuda_copy``:
-    0.87x; bench/p2p.py, 2026-11-22)."""
+    local processes at 0.27x a raw socket's rate, where our TCP transport ran at
+    0.88-0.96x (``UCX_TLS=sm,self,cuda_copy``: 0.87x; bench/p2p.py, 2026-11-22)."""
     rdma = Path("/sys/class/infiniband")
     return rdma.is_dir() and any(rdma.iterdir())
 
