@@ -86,6 +86,12 @@ SWEEPS = (
           "rollouts in dc1", "naive pulls share the WAN among all of them; TensorHub crosses once"),
     Sweep("chunk count", "broadcast", "swarm.chunks", (64, 128, 256, 512), "chunks per model",
           "a simulated chunk stands for many real 4 MiB ones; coarse ones start the swarm slowly"),
+    Sweep("upload queue", "broadcast", "swarm.max_waiting", (0, 1, 2, 4),
+          "requests a busy holder queues",
+          "a request queued behind a busy holder moves nothing; refused, it waits a few ticks"),
+    Sweep("origin's spare copies", "broadcast", "swarm.seed_spare", (True, False),
+          "trainers send repeat copies",
+          "the trainers' idle NICs relieve the rollouts' uplinks; serving longer, they stall"),
 )  # fmt: skip
 
 
@@ -118,12 +124,19 @@ def plot(s: Sweep, points: list[tuple[Any, Outcome]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
-    xs = [float(v) for v, _ in points]
+    # Counts and rates on a log axis; a switch, or a count that may be 0, as categories.
+    numeric = all(
+        not isinstance(v, bool) and isinstance(v, int | float) and v > 0 for v, _ in points
+    )
+    xs = [float(v) for v, _ in points] if numeric else [float(i) for i in range(len(points))]
     ax.plot(xs, [o.ratio for _, o in points], "o-", label=f"{points[0][1].baseline} / TensorHub")
     ax.plot(xs, [o.over_lb_mean for _, o in points], "s--", label="TensorHub / lower bound")
     if s.kind in PAPER:
         ax.axhline(PAPER[s.kind], color="grey", lw=0.8, ls=":", label=f"paper {PAPER[s.kind]}x")
-    ax.set_xscale("log")
+    if numeric:
+        ax.set_xscale("log")
+    else:
+        ax.set_xticks(xs, [str(v) for v, _ in points])
     ax.set_yscale("log")
     ax.set_xlabel(s.label)
     ax.set_ylabel("ratio")

@@ -16,7 +16,7 @@ a node's peers learn a chunk ``hint_delay`` after its transfer began (without cu
 after it arrived) (gossip, redirects);
 the planner ticks every ``tick`` of virtual time. Measured (``python -m sim reproduce``):
 a standalone RL step's updates take 1.05x their lower bound on average, a pure broadcast
-1.12x (256 chunks; see docs/results.md).
+1.07x (its last receiver 1.09x; 256 chunks; see docs/results.md).
 """
 
 from __future__ import annotations
@@ -58,7 +58,12 @@ class SwarmConfig:
     # and each holder feeds 4, so max-min sharing evens out the load (with 2 and 4, half of
     # the downlinks idled behind busy holders: 50 GB to 48 instances took 1.5x the bound).
     slots: int = 4
-    max_waiting: int = 4  # beyond this, "busy", as the real node answers
+    # Beyond this many waiting, "busy", as the real node answers: a request queued behind a
+    # busy holder holds one of its fetcher's 6 request slots and moves nothing, so it is
+    # better asked elsewhere (4: a fetcher had 2 of its 6 requests queued on average, and a
+    # broadcast took 1.12x the bound on average, 1.20x for its last receiver; 1: 1.06x).
+    max_waiting: int = 1
+    near_waiting: int = 2  # for a rack-mate, which has fewer holders to turn to
     planner: PlannerConfig = field(
         default_factory=lambda: PlannerConfig(
             owner_timeout=40, total=6, per_source=1, initial_random=1
@@ -129,7 +134,7 @@ class Swarm:
         n = cfg.chunks
 
         def slots() -> UploadSlots:
-            return UploadSlots(cfg.slots, cfg.max_waiting)
+            return UploadSlots(cfg.slots, cfg.max_waiting, cfg.near_waiting)
 
         # An origin holds the whole version, or (a sharded trainer) its slice of it.
         self.origin_chunks = {o: list((origin_chunks or {}).get(o, range(n))) for o in origins}
@@ -279,7 +284,8 @@ class Swarm:
                 src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
                 return
             # else serve it as it arrives (below): what the real node does chunk by chunk
-        if not src.slots.admit():  # as the real peer: too many waiting, ask elsewhere
+        # As the real peer: too many waiting, ask elsewhere (a rack-mate may wait longer).
+        if not src.slots.admit(near=self.c.tier(s, f) <= 1):
             self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED))
             return
         if src.seeder is not None:

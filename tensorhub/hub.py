@@ -131,6 +131,7 @@ class Hub:
                 gossip.core.set_local(ROLE_KEY, b"voter")
             hub = cls(node, gossip, raft, seeds)
             node.seed_context = hub._seed_context
+            node.uploads.near = hub._near
             if node.ucx_address is not None:
                 gossip.core.set_local(UCX_KEY, node.ucx_address.encode())
                 node.ucx_route = hub._ucx_route
@@ -391,6 +392,12 @@ class Hub:
             )
 
         return remote, local, can_pass_on
+
+    def _near(self, name: str) -> bool:
+        """Is ``name`` in our rack (or on our host)? Its requests may queue longer here."""
+        core = self.gossip.core
+        loc = core.locality_of(name)
+        return loc is not None and tier(core.me.locality, loc) <= 1
 
     def _alive(self, name: str) -> bool:
         return self.gossip.core.status(name) is Status.ALIVE

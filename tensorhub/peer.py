@@ -201,7 +201,7 @@ class PeerHandler:
                     replica.park(msg.chunk, lambda: self._unpark(msg))
                     return
                 self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
-            elif not self._uploads.admit():
+            elif not self._uploads.admit(self.conn.peer or "?"):
                 self._out.append(_Reply(Error("busy", "upload queue full", msg.req)))
             else:
                 self._queue_chunk(msg, replica)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -24,8 +25,15 @@ class Grant:
 
 
 class Uploads:
-    def __init__(self, slots: int = DEFAULT_SLOTS, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
-        self.policy = UploadSlots(slots, max_waiting)
+    def __init__(
+        self,
+        slots: int = DEFAULT_SLOTS,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+        near_waiting: int | None = None,
+    ) -> None:
+        self.policy = UploadSlots(slots, max_waiting, near_waiting)
+        self.near: Callable[[str], bool] | None = None
+        """Is a requester in our rack? (set by the layer that knows where nodes are)"""
         self._waiting: dict[int, Grant] = {}
         self._tickets = itertools.count()
         self.bytes_to: Counter[str] = Counter()  # chunk bytes uploaded, by requesting node
@@ -36,9 +44,9 @@ class Uploads:
         self.bytes_to[peer] += n
         self.bytes_by_version.setdefault((model, version), Counter())[peer] += n
 
-    def admit(self) -> bool:
-        """False: the node is too busy; refuse the request so it goes elsewhere."""
-        return self.policy.admit()
+    def admit(self, peer: str) -> bool:
+        """False: the node is too busy for ``peer``; refuse it so it asks elsewhere."""
+        return self.policy.admit(self.near is not None and self.near(peer))
 
     def request(self, peer: str) -> Grant:
         fut = asyncio.get_running_loop().create_future()

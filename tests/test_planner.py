@@ -186,15 +186,17 @@ def test_origin_in_another_datacenter_ranks_after_other_remote_holders() -> None
     assert {r.source for r in p.next_requests()} == {"far_peer"}
 
 
-def test_missing_and_refused_block_only_that_source_for_that_chunk() -> None:
+def test_missing_forgets_the_hint_and_blocks_only_that_source_for_that_chunk() -> None:
     p = planner(total=2, per_source=2, missing_ticks=2, initial_random=0)
     p.set_source("a", 1, [0, 1])
     reqs = p.next_requests()
     assert sorted(r.chunk for r in reqs) == [0, 1]
-    p.failed(0, "a", Failure.MISSING)  # not verified there yet
+    p.failed(0, "a", Failure.MISSING)  # not verified there yet, or a stale hint
     assert [(r.source, r.chunk) for r in p.next_requests()] == []  # chunk 1 still in flight
     p.received(1, "a")
-    assert p.next_requests() == []  # chunk 0 blocked at "a" for two ticks
+    assert p.next_requests() == [] and p.sources["a"].chunks == {1}  # the hint is gone
+    p.set_source("a", 1, [0, 1])  # a lagging holder view lists it again...
+    assert p.next_requests() == []  # ... but chunk 0 is blocked at "a" for two ticks
     p.tick()
     p.tick()
     assert [(r.source, r.chunk) for r in p.next_requests()] == [("a", 0)]
@@ -295,6 +297,41 @@ def test_a_rack_mate_takes_a_chunk_from_its_owner_and_without_owners_everyone_cr
     q = planner("me", 16, total=32, per_source=32, rack_owners=False)
     _rack(q, ["mate"], 16)
     assert {r.chunk for r in q.next_requests()} == set(range(16))
+
+
+def test_a_chunk_whose_rack_mate_is_busy_waits_for_it_not_for_the_owners_turn() -> None:
+    """A rack-mate that holds a chunk and refused (busy) is asked again once the refusal
+    expires: the chunk neither enters the rack a second time nor sleeps out the rack
+    owner's turn (simulated broadcast: the last receivers idled half their requests)."""
+    p = planner("me", 16, total=32, per_source=32, refused_ticks=5, owner_timeout=40)
+    _rack(p, ["mate"], 16)
+    mine = {r.chunk for r in p.next_requests()}
+    theirs = min(set(range(16)) - mine)
+    ours = min(mine)
+    p.add_chunk("mate", theirs)
+    p.add_chunk("mate", ours)  # it got one of ours first (from the origin, say)
+    p.received(ours, "other_rack")  # ... and ours arrived meanwhile: not asked again
+    assert [(r.source, r.chunk) for r in p.next_requests()] == [("mate", theirs)]
+    p.failed(theirs, "mate", Failure.REFUSED)
+    for _ in range(4):
+        p.tick()
+        p.seen("mate")
+        assert p.next_requests() == []
+    p.tick()
+    assert [(r.source, r.chunk) for r in p.next_requests()] == [("mate", theirs)]
+
+
+def test_an_owned_chunk_a_busy_rack_mate_holds_is_not_fetched_into_the_rack_again() -> None:
+    p = planner("me", 16, total=32, per_source=32, refused_ticks=5)
+    _rack(p, ["mate"], 16)
+    c = min(c for c in range(16) if owner_order(c, ["me", "mate"])[0] == "me")
+    p.add_chunk("mate", c)  # ours to bring in, but the mate has it (the origin sent it)
+    assert ("mate", c) in [(r.source, r.chunk) for r in p.next_requests()]
+    p.failed(c, "mate", Failure.REFUSED)
+    assert p.next_requests() == []  # not from the other rack: the mate is only busy
+    for _ in range(5):
+        p.tick()
+    assert [(r.source, r.chunk) for r in p.next_requests()] == [("mate", c)]
 
 
 def test_a_rack_owner_that_leaves_is_taken_over_at_once() -> None:

@@ -186,3 +186,16 @@ def test_a_sweep_moves_one_parameter_and_reports_it_with_a_plot(tmp_path: Path) 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = markdown([points[0][1]], [(sw, points)], {"tail": "tail.png"}, "test")
     assert "| 0.6 |" in md and "![standalone tail](tail.png)" in md and "## Assumptions" in md
+
+
+def test_a_sweep_over_a_switch_or_a_zero_plots_as_categories(tmp_path: Path) -> None:
+    sw = Sweep("queue", "standalone", "swarm.max_waiting", (0, 4), "queued", "why")
+    points = sweep(small("standalone"), sw)
+    assert [o.scenario.swarm.max_waiting for _, o in points] == [0, 4]
+    png = tmp_path / "queue.png"
+    plot(sw, points, png)  # 0 has no place on a log axis
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    spare = Sweep("spare", "standalone", "swarm.seed_spare", (True, False), "spare", "why")
+    flips = sweep(small("standalone"), spare)
+    plot(spare, flips, tmp_path / "spare.png")
+    assert "| False |" in markdown([flips[0][1]], [(spare, flips)], {}, "test")

@@ -89,6 +89,26 @@ def test_busy_when_the_queue_is_full_and_cancel_frees_a_place() -> None:
     assert u.release() == [("b", 2)]
 
 
+def test_a_rack_mate_may_wait_longer_than_a_farther_requester() -> None:
+    u = UploadSlots(slots=1, max_waiting=1, near_waiting=2)
+    assert u.request("a", 0)
+    assert u.admit() and not u.request("far", 1)
+    assert not u.admit() and u.admit(near=True)  # only a rack-mate still gets in line
+    assert not u.request("mate", 2)
+    assert not u.admit(near=True) and u.refused == 2
+    assert UploadSlots(max_waiting=3).near_waiting == 3  # by default, one limit for all
+
+
+async def test_uploads_ask_who_is_near() -> None:
+    up = Uploads(slots=1, max_waiting=0, near_waiting=1)
+    up.near = {"mate"}.__contains__
+    up.request("a")
+    assert not up.admit("far") and up.admit("mate")
+    blind = Uploads(slots=1, max_waiting=0, near_waiting=1)
+    blind.request("a")
+    assert not blind.admit("mate")  # where nodes are is unknown: one limit for all
+
+
 @given(st.integers(0, 2**32 - 1))
 def test_property_slots_fair_share(seed: int) -> None:
     """Under random arrivals, while peers keep requests queued, grants alternate between

@@ -4,7 +4,14 @@ At most ``slots`` chunk uploads run at once (more only splits the same bandwidth
 slower streams, so every requester would finish late). Peers waiting for a slot are
 unchoked round-robin, one chunk each, so a peer with many requests queued cannot starve
 one with few. A request that would wait behind ``max_waiting`` others is refused at once
-("busy"): its fetcher asks another holder instead of queueing here.
+("busy"): its fetcher asks another holder instead of queueing here (a request waiting in a
+queue holds one of its fetcher's few request slots and moves no bytes).
+
+A *near* requester (our rack) may wait behind ``near_waiting``: it takes a chunk its rack
+holds only from inside the rack, so "ask another holder" leaves it fewer choices than a
+farther requester has. With one shared limit, a rack's last fetcher lost the race for its
+rack-mates' queues over and over while they served other racks, and finished far behind
+its rack (``python -m sim``: the last of 48 receivers 1.20x the bound, 1.10x with this).
 """
 
 from __future__ import annotations
@@ -14,11 +21,14 @@ from collections.abc import Hashable
 
 
 class UploadSlots:
-    def __init__(self, slots: int = 4, max_waiting: int = 64) -> None:
+    def __init__(
+        self, slots: int = 4, max_waiting: int = 64, near_waiting: int | None = None
+    ) -> None:
         if slots < 1:
             raise ValueError("at least one upload slot")
         self.slots = slots
         self.max_waiting = max_waiting
+        self.near_waiting = max(max_waiting, near_waiting or 0)  # never less than the rest
         self.active = 0
         self._queues: OrderedDict[str, deque[Hashable]] = OrderedDict()  # rotation order
         self.waiting = 0
@@ -29,9 +39,10 @@ class UploadSlots:
         (a super-seeding origin's repeat copy) and still start the next request at once."""
         return self.active + 2 <= self.slots and not self.waiting
 
-    def admit(self) -> bool:
-        """May one more request be queued? (False: answer "busy".)"""
-        if self.active >= self.slots and self.waiting >= self.max_waiting:
+    def admit(self, near: bool = False) -> bool:
+        """May one more request (from our rack if ``near``) be queued? (False: "busy".)"""
+        limit = self.near_waiting if near else self.max_waiting
+        if self.active >= self.slots and self.waiting >= limit:
             self.refused += 1
             return False
         return True
