@@ -85,6 +85,7 @@ class _Node:
     last_sent: float = 0.0  # when the last chunk it served arrived (a trainer's release)
     dead: bool = False
     wake_pending: bool = False
+    seen_tick: int = -1  # the planner tick its sources were last marked seen
     inflight: dict[Request, Transfer | None] = field(default_factory=dict)
     parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
 
@@ -248,9 +249,11 @@ class Swarm:
             return  # (a peer's announcement must not start a fetch before its time)
         while p.now < int(self.e.now / self.tick):
             p.tick()
-        for name in p.sources:  # the holder view's liveness (a crash is noticed at once)
-            if not self.nodes[name].dead:
-                p.seen(name)
+        if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
+            node.seen_tick = p.now
+            for name in p.sources:  # the holder view's liveness (a crash is noticed at once)
+                if not self.nodes[name].dead:
+                    p.seen(name)
         for r in p.next_requests():
             node.inflight[r] = None
             self.e.later(
