@@ -11,6 +11,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             base = load(SCENARIOS / f"{sw.kind}.yaml")
             points = report.sweep(base, sw)
             done.append((sw, points))
-            png = img_dir / f"{sw.kind}-{sw.name.replace(' ', '-')}.png"
+            png = img_dir / f"{sw.kind}-{re.sub(r'[^A-Za-z0-9]+', '-', sw.name)}.png"
             report.plot(sw, points, png)
             images[sw.name] = f"results/{png.name}"
             print(f"{sw.kind}/{sw.name}: " + ", ".join(
