@@ -61,7 +61,8 @@ class SwarmConfig:
     # Beyond this many waiting, "busy", as the real node answers: a request queued behind a
     # busy holder holds one of its fetcher's 6 request slots and moves nothing, so it is
     # better asked elsewhere (4: a fetcher had 2 of its 6 requests queued on average, and a
-    # broadcast took 1.12x the bound on average, 1.20x for its last receiver; 1: 1.06x).
+    # broadcast took 1.12x the bound on average, 1.20x for its last receiver; 1 and 2 from
+    # its rack: 1.07x and 1.09x; the upload-queue sweep in docs/results.md).
     max_waiting: int = 1
     near_waiting: int = 2  # for a rack-mate, which has fewer holders to turn to
     planner: PlannerConfig = field(

@@ -26,8 +26,7 @@ very planner that moves real bytes. Rules, in order:
    pulled about two copies of a broadcast through it instead of one (``python -m sim``).
    A chunk that a rack-mate holds but deferred (busy, not there yet) waits for that
    rack-mate, as one a datacenter peer deferred waits instead of crossing the WAN: it
-   neither enters the rack again nor sleeps out the owner's turn (in the simulated
-   cross-DC run that sleep cost the remote rollouts 1.49x the bound instead of 1.33x).
+   neither enters the rack a second time (when we own it) nor sleeps out the owner's turn.
 3. **Rarest first** among eligible chunks (fewest holders), after ``initial_random`` random
    picks so a newcomer quickly has something to serve; ties break in a seeded random order.
 4. **Flow control.** At most ``per_source`` requests in flight per source and ``total``
