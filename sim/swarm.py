@@ -281,7 +281,9 @@ class Swarm:
             self.e.later(back, lambda: self._failed(f, r, "lost"))
             return
         if not src.have[c]:
-            if not src.receiving(c):
+            if not src.receiving(c) or self._feeds(f, s, c):
+                # (Nor may s pass on bytes that f itself is passing to it: once their real
+                # source died, the two would wait on each other for ever.)
                 self.e.later(back, lambda: self._failed(f, r, Failure.MISSING))
                 return
             if not self.cfg.cut_through:  # answer once it has arrived
@@ -340,6 +342,20 @@ class Swarm:
         else:
             src.queued[ticket] = go
 
+    def _feeds(self, f: str, s: str, c: int) -> bool:
+        """Do ``s``'s bytes of chunk ``c`` come, through a chain of cut-through requests,
+        from ``f``? (The real node serves only verified chunks, so it has no such chain;
+        the simulated one hints a coarse chunk as soon as it starts arriving.)"""
+        seen, todo = {s}, [s]
+        while todo:
+            for q in self.nodes[todo.pop()].inflight:
+                if q.chunk == c and q.source not in seen:
+                    if q.source == f:
+                        return True
+                    seen.add(q.source)
+                    todo.append(q.source)
+        return False
+
     def _count(self, f: str, delta: int) -> None:
         dc = self.c.hosts[f].dc
         active = self._fetching.setdefault(dc, [])
@@ -378,6 +394,11 @@ class Swarm:
             self._failed(f, r, "lost")  # it died before the rest of the chunk reached it
             return
         if not src.have[r.chunk]:
+            if not any(q.chunk == r.chunk for q in src.inflight):
+                # s lost its source before we caught up (our flow outran a cancelled
+                # upstream): nothing will settle the chunk at s, so do not wait for it.
+                self._failed(f, r, Failure.MISSING)
+                return
             # Cut through: our bytes are here, the rest of the chunk is still on its way to
             # s; the request stays in flight (no flow, no slot) until s has it all.
             node = self.nodes[f]

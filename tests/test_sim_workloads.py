@@ -78,6 +78,17 @@ def test_elastic_joiners_finish_despite_preempted_holders(seed: int) -> None:
     assert len(o.schemes["tensorhub"].rollout_stall) == 8  # invariants checked inside run
 
 
+@pytest.mark.parametrize("seed", [7, 10, 184, 241])
+def test_elastic_preemption_regression_seeds(seed: int) -> None:
+    """Seeds of the test above that hung (CI: TENSORHUB_SEED=686980184, i.e. 184). A node
+    whose source died mid-chunk had already settled the chunk when a follower's bytes,
+    outrunning the cancelled stream, arrived and parked on it for ever (7); and once their
+    source died, two rack-mates passed each other the bytes they had each been passing on,
+    then waited on each other (10, 184, 241)."""
+    o = run(small("elastic", seed=seed, preempt=0.5))
+    assert len(o.schemes["tensorhub"].rollout_stall) == 8  # invariants checked inside run
+
+
 def test_across_datacenters_tensorhub_crosses_the_wan_about_once(seed: int) -> None:
     sc = small("crossdc", seed=seed % 1000)
     o = run(sc)
