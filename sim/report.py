@@ -249,7 +249,7 @@ def markdown(
         "",
         "The rest of the way depends on the trainers. When they send each chunk once, each",
         "rollout must upload about a whole copy in its own download time, and uplinks at that",
-        "load leave little slack: 1.13x / 1.19x (the spare-copies sweep). Their idle NICs",
+        "load leave little slack: 1.13x / 1.20x (the spare-copies sweep). Their idle NICs",
         "sending repeat copies (`seed_spare`) take that load off, but this simulator counts a",
         "trainer stalled until the last byte it serves has left: 1.95 s instead of 0.30 s,",
         "which is why the broadcast's total stall is no better than NCCL's ring. The real Hub",
