@@ -26,6 +26,7 @@ import random
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
+from tensorhub.core.gossip.holders import SAME_RACK
 from tensorhub.core.swarm import (
     ChunkPlanner,
     Failure,
@@ -291,7 +292,7 @@ class Swarm:
                 return
             # else serve it as it arrives (below): what the real node does chunk by chunk
         # As the real peer: too many waiting, ask elsewhere (a rack-mate may wait longer).
-        if not src.slots.admit(near=self.c.tier(s, f) <= 1):
+        if not src.slots.admit(near=self.c.tier(s, f) <= SAME_RACK):
             self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED))
             return
         if src.seeder is not None:

@@ -29,7 +29,7 @@ import torch
 
 from .core.errors import TensorHubError, TransferError
 from .core.gossip import Status
-from .core.gossip.holders import tier
+from .core.gossip.holders import SAME_RACK, tier
 from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.registry import PublishShard, Release, Retain
@@ -397,7 +397,7 @@ class Hub:
         """Is ``name`` in our rack (or on our host)? Its requests may queue longer here."""
         core = self.gossip.core
         loc = core.locality_of(name)
-        return loc is not None and tier(core.me.locality, loc) <= 1
+        return loc is not None and tier(core.me.locality, loc) <= SAME_RACK
 
     def _alive(self, name: str) -> bool:
         return self.gossip.core.status(name) is Status.ALIVE

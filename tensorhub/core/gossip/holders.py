@@ -57,6 +57,10 @@ def parse_hold_key(key: str) -> tuple[str, int] | None:
     return (model, int(version)) if version.isdigit() and model else None
 
 
+SAME_RACK = 1
+"""The tier of a node in our rack (0: on our host): "near", where a ToR is not crossed."""
+
+
 def tier(a: str, b: str) -> int:
     """Locality distance of two ``dc/rack/host`` paths: 0 same host … 3 other datacenter."""
     pa, pb = a.split("/"), b.split("/")

@@ -53,6 +53,8 @@ from typing import NamedTuple, Protocol
 
 import xxhash
 
+from ..gossip.holders import SAME_RACK
+
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
 SCAN_PATIENCE = 16
@@ -497,7 +499,7 @@ class ChunkPlanner:
             self._rack = [
                 f
                 for f in self.dc_fetchers
-                if f == self.me or ((s := self.sources.get(f)) is not None and s.tier <= 1)
+                if f == self.me or ((s := self.sources.get(f)) is not None and s.tier <= SAME_RACK)
             ]
             self._rack_owners.clear()
         if len(self._rack) < 2:
