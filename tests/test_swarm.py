@@ -214,7 +214,10 @@ class _StallingHandler(PeerHandler):
             assert reply.replica is not None and reply.grant is not None
             data = b"".join(bytes(p) for p in reply.replica.data.read_parts(reply.chunk))
             if isinstance(self.conn, UcxConnection):  # messages: no half pieces; none at all
-                await self.conn._ep.send(encode_header(reply.msg, len(data)))
+                zeros = bytes(len(data))
+                await self.conn._ep.send(
+                    encode_header(reply.msg, len(data), self.conn._sealer, [zeros])
+                )
                 await self.release.wait()
                 try:
                     for piece in ucx.pieces([bytes(len(data))]):  # zeros: not the manifest's
@@ -224,10 +227,12 @@ class _StallingHandler(PeerHandler):
                 continue
             tr = self.conn._transport
             assert tr is not None
-            tr.write(encode_header(reply.msg, len(data)))
-            tr.write(data[: len(data) // 2])
+            half = data[: len(data) // 2]
+            rest = bytes(len(data) - len(data) // 2)  # zeros: not what the manifest says
+            tr.write(encode_header(reply.msg, len(data), self.conn._sealer, [half, rest]))
+            tr.write(half)
             await self.release.wait()
-            tr.write(bytes(len(data) - len(data) // 2))  # zeros: not what the manifest says
+            tr.write(rest)
 
 
 class _StallingNode(Node):

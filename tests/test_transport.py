@@ -216,7 +216,8 @@ async def test_request_flood_is_a_protocol_violation() -> None:
         assert peer.conn._transport is not None
         peer.conn._transport.pause_reading()  # never drain replies, so requests pile up
         flood = b"".join(
-            encode_header(GetChunk(i, "m", 1, 0)) for i in range(MAX_QUEUED_REQUESTS * 4)
+            encode_header(GetChunk(i, "m", 1, 0), 0, peer.conn._sealer)
+            for i in range(MAX_QUEUED_REQUESTS * 4)
         )
         peer.conn._transport.write(flood)
         server = next(iter(a.handlers))

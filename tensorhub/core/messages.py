@@ -38,11 +38,13 @@ def registered() -> tuple[type[Message], ...]:
 
 @register
 class Hello(Message, frozen=True, tag="hello"):
-    """Client → server: who I am, and a fresh nonce the server must MAC."""
+    """Client → server: who I am, a fresh nonce the server must MAC, and the address I
+    reached ("ip:port"; "" where the transport has none), which both MACs bind."""
 
     proto: int
     node: str
     nonce: bytes
+    target: str = ""
 
 
 @register

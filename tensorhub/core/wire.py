@@ -4,6 +4,10 @@ A frame is a 16-byte prefix, a msgpack header and an optional raw payload::
 
     magic "TH" | proto u8 | flags u8 | header_len u32 | payload_len u64 | header | payload
 
+After the handshake every frame is authenticated (flag ``FLAG_MAC``): 32 tag bytes follow
+the header (see :mod:`tensorhub.core.auth`); the reader checks the header's tag before it
+hands the frame on, and the payload's as its bytes land, before it reports the payload.
+
 :class:`FrameReader` is a pure state machine in the style of h11: the transport asks it
 where to put the next bytes (:meth:`FrameReader.get_buffer`), tells it how many arrived
 (:meth:`FrameReader.buffer_updated`) and pulls events (:meth:`FrameReader.next_event`).
@@ -25,11 +29,14 @@ from typing import NamedTuple
 
 import msgspec
 
-from .errors import ProtocolError
+from ..typing import Buffer
+from .auth import TAGS_SIZE, FrameOpener, FrameSealer
+from .errors import AuthenticationError, ProtocolError
 from .messages import Message, registered
 
 MAGIC = b"TH"
-PROTO_VERSION = 1
+PROTO_VERSION = 2
+FLAG_MAC = 0x01
 PREFIX = struct.Struct("!2sBBIQ")
 KiB = 1 << 10
 MiB = 1 << 20
@@ -66,12 +73,25 @@ def _union(types: tuple[type[Message], ...]) -> type[Message]:
     return Union[types]  # type: ignore[return-value]  # noqa: UP007
 
 
-def encode_header(msg: Message, payload_len: int = 0) -> bytes:
-    """Prefix and header of one frame; the payload (if any) is written after it as is."""
+def encode_header(
+    msg: Message, payload_len: int = 0, sealer: FrameSealer | None = None, payload: Sequence[Buffer] = ()
+) -> bytes:
+    """Prefix and header of one frame (and, with ``sealer``, its tags, computed over
+    ``payload``); the payload (if any) is written after it as is."""
     if payload_len and not msg.HAS_PAYLOAD:
         raise ProtocolError(f"{type(msg).__name__} carries no payload")
     header = _encoder.encode(msg)
-    return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
+    if sealer is None:
+        return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
+    head = PREFIX.pack(MAGIC, PROTO_VERSION, FLAG_MAC, len(header), payload_len) + header
+    return head + sealer.seal(head, payload, payload_len > 0)
+
+
+def head_size(prefix: Buffer) -> int:
+    """Bytes from a frame's start to its payload, given its prefix (for transports that
+    receive the head as one message)."""
+    _magic, _proto, flags, hlen, _plen = PREFIX.unpack_from(prefix)
+    return int(PREFIX.size + hlen + (TAGS_SIZE if flags & FLAG_MAC else 0))
 
 
 def decode_header(data: bytes | memoryview) -> Message:
@@ -105,7 +125,7 @@ class FrameReader:
 
     def __init__(self, limits: Limits = PREAUTH_LIMITS, staging: int = 64 * KiB) -> None:
         self._limits = limits
-        self._buf = bytearray(max(staging, PREFIX.size + Limits().max_header))
+        self._buf = bytearray(max(staging, PREFIX.size + Limits().max_header + TAGS_SIZE))
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
@@ -118,6 +138,8 @@ class FrameReader:
         self._into_sink = False  # whether the last get_buffer handed out sink memory
         self.frames = 0
         self.staged_payload_bytes = 0  # payload bytes that went through staging (copied)
+        self.opener: FrameOpener | None = None
+        """Set once the handshake is done: from then on every frame must be authenticated."""
 
     @property
     def limits(self) -> Limits:
@@ -125,7 +147,7 @@ class FrameReader:
 
     @limits.setter
     def limits(self, limits: Limits) -> None:
-        if PREFIX.size + limits.max_header > len(self._buf):
+        if PREFIX.size + limits.max_header + TAGS_SIZE > len(self._buf):
             raise ValueError("max_header larger than the staging buffer")
         self._limits = limits
 
@@ -171,6 +193,9 @@ class FrameReader:
     def buffer_updated(self, n: int) -> None:
         """``n`` bytes were written into the last buffer from :meth:`get_buffer`."""
         if self._into_sink:
+            if self.opener is not None:
+                part = self._parts[self._part]
+                self.opener.update(part[self._part_off : self._part_off + n])
             self._step_part(n)
             if self._part >= len(self._parts):
                 self._state = _PAYLOAD_DONE
@@ -216,12 +241,14 @@ class FrameReader:
             self._drain_staging_into_sink()
         if self._state == _PAYLOAD:
             return None
-        if self._state == _PAYLOAD_DONE:
-            self._state = _HEAD
-            return self._finish_payload()
         try:
+            if self._state == _PAYLOAD_DONE:
+                self._state = _HEAD
+                if self.opener is not None:
+                    self.opener.close_payload()
+                return self._finish_payload()
             return self._parse_head()
-        except ProtocolError:
+        except (ProtocolError, AuthenticationError):
             self._state = _DEAD
             raise
 
@@ -236,19 +263,30 @@ class FrameReader:
             raise ProtocolError(f"bad magic {bytes(magic)!r}: not a tensorhub peer")
         if proto != PROTO_VERSION:
             raise ProtocolError(f"peer speaks protocol {proto}, this node speaks {PROTO_VERSION}")
-        if flags != 0:
-            raise ProtocolError(f"unknown frame flags {flags:#x}")
+        want_flags = 0 if self.opener is None else FLAG_MAC
+        if flags != want_flags:
+            raise ProtocolError(
+                f"frame flags {flags:#x}, want {want_flags:#x}"
+                + (" (an unauthenticated frame after the handshake)" if self.opener else "")
+            )
         if not 0 < hlen <= self._limits.max_header:
             raise ProtocolError(f"header of {hlen} bytes outside (0, {self._limits.max_header}]")
         if plen > self._limits.max_payload:
             raise ProtocolError(f"payload of {plen} bytes exceeds {self._limits.max_payload}")
-        if avail < PREFIX.size + hlen:
+        tags = TAGS_SIZE if self.opener is not None else 0
+        if avail < PREFIX.size + hlen + tags:
             return None
         h0 = self._start + PREFIX.size
+        if self.opener is not None:
+            # Authenticate before decoding: nothing an outsider sends reaches msgpack.
+            t0 = h0 + hlen
+            self.opener.open_header(
+                self._view[self._start : t0], self._view[t0 : t0 + tags], plen > 0
+            )
         msg = decode_header(self._view[h0 : h0 + hlen])
         if plen and not msg.HAS_PAYLOAD:
             raise ProtocolError(f"{type(msg).__name__} frame with an unexpected payload")
-        self._start = h0 + hlen
+        self._start = h0 + hlen + tags
         self.frames += 1
         if plen == 0 and not msg.HAS_PAYLOAD:
             return Frame(msg, 0)
@@ -269,6 +307,8 @@ class FrameReader:
             part = self._parts[self._part]
             n = min(len(part) - self._part_off, self._end - self._start)
             part[self._part_off : self._part_off + n] = self._view[self._start : self._start + n]
+            if self.opener is not None:
+                self.opener.update(part[self._part_off : self._part_off + n])
             self._start += n
             self.staged_payload_bytes += n
             self._step_part(n)

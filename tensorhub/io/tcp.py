@@ -7,10 +7,14 @@ itself. Send: headers are small ``bytes``; payloads are written as memoryviews o
 memory, and :meth:`Connection.send` waits while the transport's buffer is above its high
 water mark (backpressure), so a fast sender cannot grow memory without bound.
 
-Every connection runs the mutual HMAC handshake of :mod:`tensorhub.core.auth` first. Until
-it completes, the reader accepts only tiny headers and no payloads, and nothing reaches the
-handler. A protocol or authentication error closes that one connection, counted and logged;
-the node keeps running.
+Every connection runs the mutual HMAC handshake of :mod:`tensorhub.core.auth` first, bound
+to the socket addresses both ends see; every frame after it carries a MAC under that
+session's keys. Until it completes, the reader accepts only tiny headers and no payloads,
+nothing reaches the handler, and the accepting side gives it ``HANDSHAKE_TIMEOUT`` seconds;
+at most ``MAX_UNAUTHENTICATED`` connections may be handshaking at once per listener (the
+oldest is dropped for a newer one: a flood of idle sockets cannot lock real peers out, and
+a real peer's handshake takes one round trip). A protocol or authentication error closes
+that one connection, counted and logged; the node keeps running.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
-from ..core.auth import ClientHandshake, ServerHandshake
+from ..core.auth import ClientHandshake, FrameOpener, FrameSealer, ServerHandshake
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Auth, Challenge, Error, Hello, Message, Welcome
 from ..core.wire import PROTO_VERSION, Frame, FrameReader, Limits, Payload, encode_header
@@ -35,6 +39,9 @@ DEFAULT_LIMITS = Limits()
 HIGH_WATER = 4 << 20
 """Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain."""
 HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a handshake may take, dialling or accepting."""
+MAX_UNAUTHENTICATED = 128
+"""Connections a listener lets handshake at once (about 64 KiB each)."""
 
 
 class Handler(Protocol):
@@ -108,9 +115,25 @@ class Connection(asyncio.BufferedProtocol):
         self.error: BaseException | None = None
         self.bytes_sent = 0
         self.bytes_received = 0
+        self._secret = secret
+        self._sealer: FrameSealer | None = None
+        self._client_hs: ClientHandshake | None = None
+        self._server_hs: ServerHandshake | None = None
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._begin_handshake("", "")
+
+    def _begin_handshake(self, target: str, local: str) -> None:
+        """Fresh handshake state; ``target``/``local`` are the addresses it binds (see
+        :mod:`tensorhub.core.auth`), "" where the transport cannot say."""
         nonce = os.urandom(32)
-        self._client_hs = ClientHandshake(secret, node, nonce, PROTO_VERSION) if client else None
-        self._server_hs = None if client else ServerHandshake(secret, node, nonce, PROTO_VERSION)
+        if self.client:
+            self._client_hs = ClientHandshake(self._secret, self.node, nonce, PROTO_VERSION, target)
+        else:
+            self._server_hs = ServerHandshake(self._secret, self.node, nonce, PROTO_VERSION, local)
+
+    def _expire_handshake(self) -> None:
+        if not self.ready.done():
+            self.abort(AuthenticationError(f"no handshake within {HANDSHAKE_TIMEOUT}s"))
 
     # -- asyncio protocol callbacks ----------------------------------------------------------
 
@@ -121,8 +144,13 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
+        self._begin_handshake(_endpoint(transport, "peername"), _endpoint(transport, "sockname"))
         if self._client_hs is not None:
             self._write(self._client_hs.hello())
+        else:
+            self._handshake_timer = self._loop.call_later(
+                HANDSHAKE_TIMEOUT, self._expire_handshake
+            )
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reader.get_buffer()
@@ -158,6 +186,8 @@ class Connection(asyncio.BufferedProtocol):
         )
         self.error = err
         self._can_write.set()  # wake senders; they will see the closed transport
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
         if not self.ready.done():
             self.ready.set_exception(
                 err or AuthenticationError("peer closed the connection during the handshake")
@@ -203,7 +233,8 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if isinstance(msg, Welcome):
                 self._client_hs.on_welcome(msg)
-                self._open(self._client_hs.peer)
+                keys = self._client_hs.keys()
+                self._open(self._client_hs.peer, FrameSealer(keys.send), FrameOpener(keys.recv))
                 return
         elif self._server_hs is not None:
             if isinstance(msg, Hello):
@@ -211,12 +242,19 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if isinstance(msg, Auth):
                 self._write(self._server_hs.on_auth(msg))
-                self._open(self._server_hs.peer)
+                keys = self._server_hs.keys()
+                self._open(self._server_hs.peer, FrameSealer(keys.send), FrameOpener(keys.recv))
                 return
         raise ProtocolError(f"unexpected {type(msg).__name__} during the handshake")
 
-    def _open(self, peer: str | None) -> None:
+    def _open(self, peer: str | None, sealer: FrameSealer, opener: FrameOpener) -> None:
+        """The handshake is done: every frame from now on is sealed and must open."""
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         self.peer = peer
+        self._sealer = sealer
+        self._reader.opener = opener
         self._reader.limits = self._limits
         self._handler = self._handler_factory(self)
         self.ready.set_result(None)
@@ -228,7 +266,7 @@ class Connection(asyncio.BufferedProtocol):
         if tr is None or tr.is_closing():
             raise TransferError(f"connection to {self.peer or '?'} is closed")
         n = sum(len(p) for p in payload)
-        header = encode_header(msg, n)
+        header = encode_header(msg, n, self._sealer, payload)
         tr.write(header)
         for p in payload:
             if len(p):
@@ -303,16 +341,33 @@ class Connection(asyncio.BufferedProtocol):
         if tr is not None and not tr.is_closing():
             code = "auth" if isinstance(exc, AuthenticationError) else "protocol"
             with contextlib.suppress(Exception):  # best effort: the peer may be gone
-                tr.write(encode_header(Error(code, str(exc)[:512])))
+                tr.write(encode_header(Error(code, str(exc)[:512]), 0, self._sealer))
             tr.close()
 
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
+    def shed(self) -> None:
+        """Drop a connection still handshaking to make room for a newer one (quietly: under
+        a flood this happens for every accepted socket)."""
+        log.debug("%s: shedding an unauthenticated connection", self.node)
+        self.error = AuthenticationError("too many unauthenticated connections; shed")
+        if self._transport is not None:
+            self._transport.abort()
+
     async def aclose(self) -> None:
         self.close()
         await self.closed
+
+
+def _endpoint(transport: asyncio.BaseTransport, which: str) -> str:
+    """"ip:port" of a socket transport's peer or local end ("" where there is none)."""
+    addr = transport.get_extra_info(which)
+    if not isinstance(addr, tuple) or len(addr) < 2:
+        return ""
+    host = str(addr[0])
+    return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
 
 
 class Server:
@@ -340,17 +395,26 @@ async def listen(
     secret: bytes,
     handler_factory: Callable[[Connection], Handler],
     limits: Limits = DEFAULT_LIMITS,
+    max_unauthenticated: int = MAX_UNAUTHENTICATED,
 ) -> Server:
     """Listen on ``addr`` (``host:0`` picks a free port; see ``Server.address``)."""
     host, port = parse_address(addr)
     conns: set[Connection] = set()
+    handshaking: dict[Connection, None] = {}  # insertion order: oldest first
 
     def factory() -> Connection:
         conn = Connection(
             node=node, secret=secret, client=False, handler_factory=handler_factory, limits=limits
         )
         conns.add(conn)
+        handshaking[conn] = None
         conn.closed.add_done_callback(lambda _f: conns.discard(conn))
+        conn.ready.add_done_callback(lambda _f: handshaking.pop(conn, None))
+        conn.closed.add_done_callback(lambda _f: handshaking.pop(conn, None))
+        if len(handshaking) > max_unauthenticated:
+            oldest = next(iter(handshaking))
+            handshaking.pop(oldest)
+            oldest.shed()
         return conn
 
     server = await asyncio.get_running_loop().create_server(factory, host, port)

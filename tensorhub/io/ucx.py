@@ -46,7 +46,8 @@ from typing import Any
 
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Error, Message
-from ..core.wire import PREFIX, Limits, encode_header
+from ..core.auth import TAGS_SIZE
+from ..core.wire import PREFIX, Limits, encode_header, head_size
 from ..typing import Buffer
 from .tcp import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT, HIGH_WATER, Connection, Handler, parse_address
 
@@ -194,15 +195,14 @@ class UcxConnection(Connection):
             while not self._closing:
                 await self._reading.wait()
                 head = reader.get_buffer()
-                room = PREFIX.size + reader.limits.max_header
+                room = PREFIX.size + reader.limits.max_header + TAGS_SIZE
                 if len(head) < room:
                     raise ProtocolError("frame reader has no room for a header")
                 # A message longer than the room fails the receive (UCX truncates): a peer
                 # cannot make us take an oversized header.
                 head[: PREFIX.size] = bytes(PREFIX.size)  # a short message: bad magic
                 await self._recv(head[:room])
-                hlen = PREFIX.unpack_from(head)[3]
-                self.buffer_updated(PREFIX.size + min(hlen, reader.limits.max_header))
+                self.buffer_updated(min(head_size(head), room))
                 while reader.receiving_payload:
                     await self._recv_piece()
         except asyncio.CancelledError:
@@ -274,7 +274,7 @@ class UcxConnection(Connection):
         if self._closing:
             raise TransferError(f"connection to {self.peer or '?'} is closed")
         n = sum(len(p) for p in payload)
-        header = encode_header(msg, n)
+        header = encode_header(msg, n, self._sealer, payload)
         self._queue.append((header, [p for p in payload if len(p)]))
         self._queued.set()
         self.bytes_sent += len(header) + n
@@ -363,7 +363,7 @@ class UcxConnection(Connection):
 
         async def tell_and_close() -> None:  # best effort: the peer may be gone
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._send(encode_header(Error(code, str(exc)[:512]))), 1.0)
+                await asyncio.wait_for(self._send(encode_header(Error(code, str(exc)[:512]), 0, self._sealer)), 1.0)
             self._lost()
 
         self._tasks.append(asyncio.ensure_future(tell_and_close()))
