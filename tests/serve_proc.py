@@ -43,7 +43,12 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--secret", default="mp-secret")
+    ap.add_argument("--nofile", type=int, default=0, help="lower RLIMIT_NOFILE to this")
     a = ap.parse_args()
+    if a.nofile:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (a.nofile, a.nofile))
     try:
         run(main(a.mib, a.secret))
     except KeyboardInterrupt:
