@@ -402,6 +402,11 @@ class Hub:
     def _alive(self, name: str) -> bool:
         return self.gossip.core.status(name) is Status.ALIVE
 
+    def _health(self) -> dict[str, Status]:
+        """What gossip says of each member with news (suspect, dead, refuted), by address:
+        the swarm drops sources declared dead and asks suspects for nothing new."""
+        return {m.addr: m.status for m in self.gossip.core.members.records() if m.addr}
+
     async def _committed_root(self, model: str, version: int, shard: int) -> bytes:
         roots = await self.registry.version(model, version)
         if roots is None:
@@ -456,20 +461,28 @@ class Hub:
                 self.gossip.advertise(dp, version, replica.have)
 
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
-            return await asyncio.wait_for(
-                swarm_fetch(
-                    self.node,
-                    dp,
-                    version,
-                    into,
-                    holders,
-                    expected_root=root,
-                    on_chunk=progress,
-                    refresh=lambda: self._holders(dp, version),
-                    locate=self._locate,
-                ),
-                left,
-            )
+            try:
+                return await asyncio.wait_for(
+                    swarm_fetch(
+                        self.node,
+                        dp,
+                        version,
+                        into,
+                        holders,
+                        expected_root=root,
+                        on_chunk=progress,
+                        refresh=lambda: self._holders(dp, version),
+                        locate=self._locate,
+                        health=self._health,
+                        timeout=left,
+                    ),
+                    left + 5.0,  # a backstop: the swarm reports its own deadline, with causes
+                )
+            except asyncio.TimeoutError:
+                raise TransferError(
+                    f"fetch of {model} v{version} did not finish within {timeout}s "
+                    "(the manifest never arrived)"
+                ) from None
 
         try:
             res = await self._from_holders(dp, version, timeout, attempt)

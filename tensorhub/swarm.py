@@ -35,6 +35,7 @@ from .core.errors import (
     TensorHubError,
     TransferError,
 )
+from .core.gossip.membership import Status
 from .core.manifest import Manifest
 from .core.swarm import ChunkPlanner, Failure, PlannerConfig, Request
 from .fetch import FetchResult
@@ -50,6 +51,9 @@ TICK = 0.01
 
 Locate = Callable[[str], tuple[str, int] | None]
 """A node name → (its address, its locality tier from us), if known (for redirects)."""
+
+Health = Callable[[], Mapping[str, Status]]
+"""What gossip says of each member, by address (one read per refresh)."""
 
 
 class NoManifest(TransferError):
@@ -97,13 +101,20 @@ async def swarm_fetch(
     refresh_ticks: int = 10,
     locate: Locate | None = None,
     request_timeout: float = 10.0,
+    health: Health | None = None,
+    timeout: float | None = None,
 ) -> FetchResult:
     """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching.
 
     ``refresh``, if given, is called every ``refresh_ticks`` ticks for the current holder
     hints, our datacenter's fetchers and its other live members (the WAN owners, in that
     order), so holders that appear during the fetch — other fetchers' partial replicas —
-    become sources."""
+    become sources. ``health``, if given, is asked about every source at each refresh: a
+    source gossip declared dead is dropped and its requests in flight are reissued
+    elsewhere at once (a hung process keeps its TCP connections open, so nothing else
+    would tell us before ``request_timeout``); a suspect one gets no new requests.
+    ``timeout``: seconds for the whole fetch, after which it fails with a TransferError
+    saying what was missing and why."""
     t0 = time.perf_counter()
     local = _held(node, model, version)
     if local is not None:
@@ -126,9 +137,22 @@ async def swarm_fetch(
             hs, fetchers, members = refresh()
             use(hs)
             planner.set_dc_fetchers(fetchers, members)
+        if health is not None:
+            statuses = health()
+            for name in list(planner.sources):
+                status = statuses.get(name)
+                if status is Status.DEAD:
+                    trouble["holder dead"] += 1
+                    drop(name)
+                elif status is Status.SUSPECT:
+                    planner.suspend(name, refresh_ticks)
 
-    use(holders)
-    resync()
+    def drop(source: str) -> None:
+        """``source`` is gone: abandon what is in flight to it, return its chunks."""
+        for r in [r for r in tasks if r.source == source]:
+            abandon(r)
+        planner.remove_source(source)
+
     running: dict[asyncio.Task[None], Request] = {}
     tasks: dict[Request, asyncio.Task[None]] = {}
     calls: dict[Request, tuple[PeerHandler, int]] = {}
@@ -137,6 +161,7 @@ async def swarm_fetch(
     last_progress = time.monotonic()
     trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
     received: Counter[str] = Counter()  # verified bytes by source
+    deadline = None if timeout is None else time.monotonic() + timeout
 
     def start(r: Request) -> None:
         into = None
@@ -229,6 +254,8 @@ async def swarm_fetch(
             raise err
 
     t_ticks = time.monotonic()
+    use(holders)
+    resync()
 
     def clock() -> None:
         """Advance the planner's ticks with wall time (TICK each), refreshing hints."""
@@ -241,6 +268,8 @@ async def swarm_fetch(
         while not planner.done:
             for r in planner.next_requests():
                 start(r)
+            if deadline is not None and time.monotonic() > deadline:
+                raise _stuck(planner, model, version, trouble, f"not done after {timeout}s")
             if not running:
                 if time.monotonic() - last_progress > stall_timeout:
                     raise _stuck(planner, model, version, trouble)
@@ -251,9 +280,14 @@ async def swarm_fetch(
             clock()
             now = time.monotonic()
             for r in [r for r, t in began.items() if now - t > request_timeout]:
-                trouble["timed out"] += 1  # alive but not sending (a stalled holder)
-                abandon(r)
-                planner.failed(r.chunk, r.source)
+                if r not in tasks:
+                    continue  # abandoned with an earlier one from the same source
+                # Alive to TCP but not sending (a hung holder): what else is in flight to
+                # it is stuck behind this one; ask others for all of it.
+                for q in [q for q in tasks if q.source == r.source]:
+                    trouble["timed out"] += 1
+                    abandon(q)
+                    planner.failed(q.chunk, q.source, Failure.TIMEOUT)
             await settled()  # before another copy of a timed-out chunk can land
             for task in done:
                 if task not in running:
@@ -303,13 +337,14 @@ async def swarm_fetch(
 
 
 def _stuck(
-    planner: ChunkPlanner, model: str, version: int, trouble: Counter[str]
+    planner: ChunkPlanner, model: str, version: int, trouble: Counter[str], why: str = ""
 ) -> TensorHubError:
-    """The error for a fetch that can make no more progress: ChecksumMismatch if every
-    holder of a missing chunk sent corrupt data (retries exhausted), else TransferError."""
+    """The error for a fetch that can make no more progress (or ran out of time):
+    ChecksumMismatch if every holder of a missing chunk sent corrupt data (retries
+    exhausted), else TransferError."""
     missing = planner.missing()
     holders = {n for n, s in planner.sources.items() if any(c in s.chunks for c in missing)}
-    what = f"{model} v{version}: chunks {missing[:8]} (of {len(missing)} missing)"
+    what = f"{model} v{version}: {why + ', ' if why else ''}chunks {missing[:8]} (of {len(missing)} missing)"
     if holders and all(planner.sources[n].strikes for n in holders):
         return ChecksumMismatch(
             f"{what}: every holder of them sent corrupt data "

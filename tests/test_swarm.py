@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tensorhub.core.errors import ChecksumMismatch, TransferError
+from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
 from tensorhub.core.wire import encode_header
@@ -300,6 +301,67 @@ async def test_request_to_a_stalled_holder_times_out_and_others_finish(transport
                 request_timeout=0.3,
             )
             assert all(same_bytes(sd[k], into[k]) for k in sd)
+    finally:
+        _StallingHandler.release.set()
+        await stall.close()
+
+
+async def test_a_fetch_past_its_deadline_fails_naming_the_cause() -> None:
+    """Issue #15 (3): a deadline used to surface as a bare TimeoutError with no message."""
+    sd = model(4)
+    _StallingHandler.release = asyncio.Event()
+    stall = await _StallingNode.start("stall", secret=SECRET)
+    try:
+        async with nodes(1) as (me,):
+            m = stall.serve("m", 1, sd, chunk_size=1 << 20)
+            with pytest.raises(TransferError, match=r"not done after 0.5s.*missing.*timed out"):
+                await swarm_fetch(
+                    me,
+                    "m",
+                    1,
+                    empty_like_manifest(m),
+                    [Holder(stall.address, 0)],
+                    expected_root=m.root,
+                    request_timeout=0.2,
+                    timeout=0.5,
+                )
+    finally:
+        _StallingHandler.release.set()
+        await stall.close()
+
+
+async def test_a_source_gossip_declares_dead_is_dropped_at_once() -> None:
+    """Issue #15 (3): a hung holder keeps its TCP connection open; gossip's verdict is what
+    frees the requests stuck on it (before any request timeout)."""
+    sd = model(8)
+    _StallingHandler.release = asyncio.Event()
+    stall = await _StallingNode.start("stall", secret=SECRET)
+    try:
+        async with nodes(2) as (honest, me):
+            m = stall.serve("m", 1, sd, chunk_size=1 << 20)
+            honest.serve("m", 1, sd, chunk_size=1 << 20)
+            into = empty_like_manifest(m)
+            t0 = asyncio.get_running_loop().time()
+            res = await swarm_fetch(
+                me,
+                "m",
+                1,
+                into,
+                [Holder(stall.address, 0), Holder(honest.address, 2)],
+                expected_root=m.root,
+                config=PlannerConfig(endgame_copies=0),
+                request_timeout=30,
+                # alive for a while (requests to it are in flight and stuck), then dead
+                health=lambda: (
+                    {stall.address: Status.DEAD}
+                    if asyncio.get_running_loop().time() - t0 > 0.3
+                    else {}
+                ),
+            )
+            assert res.failures.get("holder dead") == 1, res.failures
+            assert asyncio.get_running_loop().time() - t0 < 10  # not the request timeout
+            assert all(same_bytes(sd[k], into[k]) for k in sd)
+            assert "timed out" not in res.failures
     finally:
         _StallingHandler.release.set()
         await stall.close()

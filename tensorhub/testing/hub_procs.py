@@ -109,13 +109,15 @@ class _Worker:
     async def _fetch(self, model: str, version: int, addr: str | None) -> tuple[Any, ...]:
         into = self.buffers[(model, version)]
         t0 = time.monotonic()
+        received: dict[str, int] = {}
         if addr is None:
             res = await self.hub.fetch(model, version, into)
             failures = dict(res.failures)
+            received = dict(res.sources)
         else:
             await self.hub.node.fetch(addr, model, version, into, hold=False)
             failures = {}
-        return ("done", t0, time.monotonic(), failures)
+        return ("done", t0, time.monotonic(), failures, received)
 
 
 def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.Connection) -> None:
@@ -197,6 +199,14 @@ class HubProcs:
         p = self.procs[name]
         os.kill(p.pid, signal.SIGKILL)
         p.join(10)
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process hangs with its sockets open (a stuck holder, as peers see
+        it: TCP still accepts, nothing answers)."""
+        os.kill(self.procs[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.kill(self.procs[name].pid, signal.SIGCONT)
 
     def uploads(self) -> dict[str, int]:
         """Bytes each live node uploaded to each other, as "sender>receiver" → bytes."""

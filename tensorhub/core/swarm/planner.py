@@ -79,6 +79,10 @@ class PlannerConfig:
     missing_ticks: int = 2
     refused_ticks: int = 5
     gone_ticks: int = 50
+    timeout_ticks: int = 300
+    """A source that let a request time out (alive to TCP, yet sending nothing: a hung
+    process) gets no new request for this long, so a stalled holder of our rack cannot
+    draw the requests of the whole fetch back to it every backoff."""
 
 
 class Failure:
@@ -89,6 +93,7 @@ class Failure:
     MISSING = "missing"  # the source lacks the chunk (yet): try it again later
     REFUSED = "refused"  # busy, or an origin that already sent it: ask others first
     GONE = "gone"  # the source does not hold the version at all: a stale hint
+    TIMEOUT = "timeout"  # a request sat unanswered: the source hangs; leave it alone a while
 
 
 @dataclass
@@ -285,6 +290,13 @@ class ChunkPlanner:
                 src.chunks.add(chunk)
                 self._hold(name, chunk)
 
+    def suspend(self, name: str, ticks: int) -> None:
+        """Ask ``name`` for nothing new for ``ticks`` (its liveness is in doubt); what is
+        in flight to it stays."""
+        src = self.sources.get(name)
+        if src is not None:
+            src.blocked_until = max(src.blocked_until, self.now + ticks)
+
     def seen(self, name: str) -> None:
         """The holder view lists ``name`` as alive now (without news of its chunks)."""
         src = self.sources.get(name)
@@ -371,6 +383,8 @@ class ChunkPlanner:
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
             src.blocked_until = self.now + self.cfg.gone_ticks
+        elif why == Failure.TIMEOUT:
+            src.blocked_until = self.now + self.cfg.timeout_ticks
         else:
             src.blocked_until = self.now + self.cfg.backoff_ticks
 
