@@ -298,3 +298,23 @@ def test_payload_left_counts_down_what_a_message_transport_still_posts() -> None
     reader.buffer_updated(400)
     assert isinstance(reader.next_event(), Payload)
     assert not reader.receiving_payload and reader.payload_left == 0
+
+
+def test_a_message_too_large_for_a_header_travels_packed() -> None:
+    """Issue #15 (4): a Raft snapshot of 1,000 versions (~108 KB) was sent inside a frame
+    header (limit 64 KiB) and dropped by every receiver; it now travels as a payload."""
+    from tensorhub.core.messages import Packed
+    from tensorhub.core.raft.types import MsgType, RaftMessage, Snapshot
+    from tensorhub.core.wire import encode_frame, unpack
+
+    snap = Snapshot(1000, 3, b"s" * 200_000, ("a", "b", "c"))
+    msg = RaftMessage(MsgType.SNAP, "a", "b", term=3, snapshot=snap)
+    head, payload = encode_frame(msg)
+    evs = _feed(FrameReader(Limits()), head + b"".join(bytes(p) for p in payload))
+    assert isinstance(evs[0], Frame) and isinstance(evs[0].msg, Packed)
+    assert isinstance(evs[1], Payload)
+    assert unpack(b"".join(bytes(p) for p in evs[1].parts)) == msg
+    small = GetChunk(1, "m", 1, 2)
+    assert not encode_frame(small)[1]  # small messages stay headers
+    with pytest.raises(ProtocolError, match="packed"):
+        unpack(encode_frame(Packed(), [b"x"])[0][PREFIX.size :])

@@ -77,6 +77,15 @@ class Error(Message, frozen=True, tag="error"):
     req: int | None = None
 
 
+@register
+class Packed(Message, frozen=True, tag="packed"):
+    """A message too large for a frame header (a Raft snapshot, a large append batch),
+    carried as this frame's payload: the receiving connection unpacks it and delivers the
+    message inside as if it had come as a header. Never nested, never with a payload."""
+
+    HAS_PAYLOAD = True
+
+
 # --- data plane ----------------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ import msgspec
 from ..typing import Buffer
 from .auth import TAGS_SIZE, FrameOpener, FrameSealer
 from .errors import AuthenticationError, ProtocolError
-from .messages import Message, registered
+from .messages import Message, Packed, registered
 
 MAGIC = b"TH"
 PROTO_VERSION = 2
@@ -49,6 +49,10 @@ class Limits:
     max_header: int = 64 * KiB
     max_payload: int = 256 * MiB
 
+
+PACK_OVER = 32 * KiB
+"""A message whose header would be larger travels as a :class:`Packed` payload instead
+(headers are capped at ``Limits.max_header``; payloads at ``max_payload``)."""
 
 PREAUTH_LIMITS = Limits(max_header=1 * KiB, max_payload=0)
 """Until a peer has authenticated it may send only tiny headers and no payload at all."""
@@ -85,6 +89,33 @@ def encode_header(
         return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
     head = PREFIX.pack(MAGIC, PROTO_VERSION, FLAG_MAC, len(header), payload_len) + header
     return head + sealer.seal(head, payload, payload_len > 0)
+
+
+def encode_frame(
+    msg: Message, payload: Sequence[Buffer] = (), sealer: FrameSealer | None = None
+) -> tuple[bytes, Sequence[Buffer]]:
+    """A frame's head (prefix, header, tags) and the payload to write after it; a message
+    without a payload whose header would exceed ``PACK_OVER`` is sent :class:`Packed`."""
+    n = sum(len(p) for p in payload)
+    if n and not msg.HAS_PAYLOAD:
+        raise ProtocolError(f"{type(msg).__name__} carries no payload")
+    header = _encoder.encode(msg)
+    if len(header) > PACK_OVER and not msg.HAS_PAYLOAD:
+        payload, n, msg = [header], len(header), Packed()
+        header = _encoder.encode(msg)
+    flags = 0 if sealer is None else FLAG_MAC
+    head = PREFIX.pack(MAGIC, PROTO_VERSION, flags, len(header), n) + header
+    if sealer is not None:
+        head += sealer.seal(head, payload, n > 0)
+    return head, payload
+
+
+def unpack(data: Buffer) -> Message:
+    """The message a :class:`Packed` payload carries (checked as a header is)."""
+    msg = decode_header(data)
+    if isinstance(msg, Packed) or msg.HAS_PAYLOAD:
+        raise ProtocolError(f"a packed {type(msg).__name__}: only payload-less messages pack")
+    return msg
 
 
 def head_size(prefix: Buffer) -> int:

@@ -29,8 +29,17 @@ from typing import Protocol, cast
 
 from ..core.auth import ClientHandshake, FrameOpener, FrameSealer, ServerHandshake
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
-from ..core.messages import Auth, Challenge, Error, Hello, Message, Welcome
-from ..core.wire import PROTO_VERSION, Frame, FrameReader, Limits, Payload, encode_header
+from ..core.messages import Auth, Challenge, Error, Hello, Message, Packed, Welcome
+from ..core.wire import (
+    PROTO_VERSION,
+    Frame,
+    FrameReader,
+    Limits,
+    Payload,
+    encode_frame,
+    encode_header,
+    unpack,
+)
 from ..typing import Buffer
 
 log = logging.getLogger(__name__)
@@ -204,6 +213,8 @@ class Connection(asyncio.BufferedProtocol):
         msg = ev.msg
         if self.ready.done():
             assert self._handler is not None
+            if isinstance(msg, Packed):
+                return  # its payload lands in a buffer of the reader's; unpacked below
             sink = self._handler.on_frame(self, msg, ev.payload_len)
             if sink is not None:
                 self._reader.set_sink(sink)
@@ -222,6 +233,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _on_payload(self, ev: Payload) -> None:
         assert self._handler is not None
+        if isinstance(ev.msg, Packed):
+            data = b"".join(ev.parts) if len(ev.parts) != 1 else ev.parts[0]
+            self._on_frame(Frame(unpack(data), 0))
+            return
         self._handler.on_payload(self, ev.msg, ev.parts)
 
     def _handshake(self, msg: Message) -> None:
@@ -265,8 +280,8 @@ class Connection(asyncio.BufferedProtocol):
         tr = self._transport
         if tr is None or tr.is_closing():
             raise TransferError(f"connection to {self.peer or '?'} is closed")
+        header, payload = encode_frame(msg, payload, self._sealer)
         n = sum(len(p) for p in payload)
-        header = encode_header(msg, n, self._sealer, payload)
         tr.write(header)
         for p in payload:
             if len(p):

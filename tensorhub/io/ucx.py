@@ -47,7 +47,7 @@ from typing import Any
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Error, Message
 from ..core.auth import TAGS_SIZE
-from ..core.wire import PREFIX, Limits, encode_header, head_size
+from ..core.wire import PREFIX, Limits, encode_frame, encode_header, head_size
 from ..typing import Buffer
 from .tcp import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT, HIGH_WATER, Connection, Handler, parse_address
 
@@ -273,8 +273,8 @@ class UcxConnection(Connection):
     def _write(self, msg: Message, payload: Sequence[Buffer] = ()) -> None:
         if self._closing:
             raise TransferError(f"connection to {self.peer or '?'} is closed")
+        header, payload = encode_frame(msg, payload, self._sealer)
         n = sum(len(p) for p in payload)
-        header = encode_header(msg, n, self._sealer, payload)
         self._queue.append((header, [p for p in payload if len(p)]))
         self._queued.set()
         self.bytes_sent += len(header) + n

@@ -131,3 +131,87 @@ async def test_no_quorum_is_a_clear_error(voters: Voters) -> None:
             await client.propose("c#2", pub(2), deadline=3.0)
     finally:
         await node.close()
+
+
+# --- catching up after a restart (issue #15, break 4) ------------------------------------------
+
+
+async def commit_many(client: RegistryClient, first: int, count: int, batch: int = 64) -> None:
+    """Commit versions first..first+count-1 of "policy", ``batch`` proposals at a time."""
+    v = first
+    while v < first + count:
+        n = min(batch, first + count - v)
+        # Each proposal in a batch is a different version; the registry commits them in
+        # log order, so only increasing ones may commit: propose them one model each.
+        res = await asyncio.gather(
+            *(
+                client.propose(f"client#{x}", PublishShard(f"m{x % n}", x, 0, 1, bytes(16), "t"))
+                for x in range(v, v + n)
+            )
+        )
+        assert all(r.ok for r in res), [r for r in res if not r.ok][:3]
+        v += n
+
+
+async def committed(client: RegistryClient, voter: str) -> int:
+    """How many versions (over every model) ``voter`` has applied."""
+    total = 0
+    reply = await client.ask(voter, "status")
+    assert reply.ok
+    for m in range(64):
+        got = msgspec.msgpack.decode((await client.ask(voter, "versions", f"m{m}")).data)
+        total += len(got)
+    return total
+
+
+async def wait_caught_up(client: RegistryClient, voter: str, want: int, within: float) -> float:
+    t0 = time.monotonic()
+    have = 0
+    while time.monotonic() - t0 < within:
+        try:
+            have = await committed(client, voter)
+        except Exception:
+            have = -1  # still starting
+        if have >= want:
+            return time.monotonic() - t0
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{voter} has {have} of {want} versions after {within}s")
+
+
+async def _restart_follower_after(voters: Voters, count: int) -> None:
+    node = await Node.start("client", secret=SECRET)
+    client = RegistryClient(node, voters.addrs)
+    try:
+        await commit_many(client, 1, 5)
+        lead = await leader_of(client, voters.addrs)
+        follower = next(a for a in voters.addrs if a != lead)
+        voters.kill(follower)
+        t0 = time.monotonic()
+        await commit_many(client, 6, count)
+        print(f"committed {count} versions in {time.monotonic() - t0:.1f}s without {follower}")
+        voters.start(follower)
+        took = await wait_caught_up(client, follower, 5 + count, within=60)
+        print(f"restarted follower caught up in {took:.1f}s")
+        # It really is a working replica now: lose the leader, and the two left commit.
+        voters.kill(lead)
+        res = await client.propose("client#after", PublishShard("after", 1, 0, 1, bytes(16), "t"))
+        assert res.ok, res
+    finally:
+        await node.close()
+
+
+async def test_restarted_follower_catches_up(voters: Voters) -> None:
+    """Its window of 64 appends lost while it was down used to stay full for good."""
+    await _restart_follower_after(voters, 100)
+
+
+@pytest.mark.timeout(600)
+async def test_restarted_follower_catches_up_through_a_snapshot(voters: Voters) -> None:
+    """1,100 versions: the leader compacted its log at 1,000, so the follower needs the
+    snapshot, which is larger than a frame header may be (it used to be dropped)."""
+    await _restart_follower_after(voters, 1100)
+
+
+@pytest.mark.timeout(900)
+async def test_restarted_follower_catches_up_at_ten_thousand_versions(voters: Voters) -> None:
+    await _restart_follower_after(voters, 10_000)

@@ -53,6 +53,9 @@ class RaftConfig:
     pre_vote: bool = True
     check_quorum: bool = True
     max_entries_per_msg: int = 64
+    max_bytes_per_msg: int = 1 << 20
+    """An append carries entries up to this many data bytes (at least one entry), as
+    etcd's MaxSizePerMsg: a batch of large commands is cut, not sent as one huge frame."""
     max_inflight: int = 64
 
 
@@ -489,6 +492,12 @@ class RaftCore:
         elif t == MsgType.HEARTBEAT_RESP:
             pr.recent_active = True
             pr.probe_sent = False
+            if pr.state is PState.REPLICATE and pr.is_paused():
+                # A full window of appends it never answered (lost while it was down, or
+                # dropped on the way): free one so an append goes out and its answer
+                # (an ack, or a rejection that sends us back to probing) gets us moving.
+                # etcd does the same (Inflights.FreeFirstOne on MsgHeartbeatResp).
+                pr.free_first_one()
             if pr.state is PState.SNAPSHOT:
                 pr.become_probe()  # the snapshot may be lost: probe again (resends it if needed)
             if pr.match < self.log.last_index():
@@ -541,6 +550,12 @@ class RaftCore:
         ents = self.log.slice(
             pr.next, min(self.log.last_index() + 1, pr.next + self.cfg.max_entries_per_msg)
         )
+        size = 0
+        for i, e in enumerate(ents):
+            size += len(e.data)
+            if size > self.cfg.max_bytes_per_msg and i > 0:
+                ents = ents[:i]
+                break
         if only_entries and not ents:
             return False
         self._send(

@@ -80,6 +80,10 @@ class Progress:
         elif self.state is PState.PROBE:
             self.probe_sent = True
 
+    def free_first_one(self) -> None:
+        if self.inflight:
+            self.inflight.popleft()
+
     def free_to(self, index: int) -> None:
         while self.inflight and self.inflight[0] <= index:
             self.inflight.popleft()
