@@ -29,7 +29,14 @@ import msgspec
 from .core.errors import NoQuorum, TensorHubError
 from .core.messages import Message, RegistryReply, RegistryRequest
 from .core.raft import HardState, ProposalDropped, RaftConfig, RaftCore, RaftMessage, Ready, Role
-from .core.registry import Proposal, Registry, Result, decode_proposal, encode_proposal
+from .core.registry import (
+    Proposal,
+    Registry,
+    RegistryError,
+    Result,
+    decode_proposal,
+    encode_proposal,
+)
 from .io.raft_storage import RaftStorage, StorageError
 from .node import Node
 from .outbox import PeerOutbox, cancel_all
@@ -118,25 +125,40 @@ class RaftNode:
             self._inbox.put_nowait(self.core.tick)
 
     async def _run(self) -> None:
+        """The voter's one loop. Anything it cannot do — persist state, write a snapshot,
+        or any bug — stops the voter loudly (fail-stop): logged, shown in :meth:`status`,
+        and every caller told why, never a silently dead task behind a live-looking
+        leader."""
         loop = asyncio.get_running_loop()
-        while True:
-            event = await self._inbox.get()
-            with contextlib.suppress(ProposalDropped):  # reported to the caller by the event
-                event()
-            while self.core.has_ready():
-                rd = self.core.ready()
-                try:
+        try:
+            while True:
+                event = await self._inbox.get()
+                with contextlib.suppress(ProposalDropped):  # reported by the event
+                    event()
+                while self.core.has_ready():
+                    rd = self.core.ready()
                     await loop.run_in_executor(
                         None, self.storage.save, rd.hard_state, rd.entries, rd.snapshot
                     )
-                except StorageError as e:
-                    log.error("voter %s stops: %s", self.id, e)
-                    self.failed = e
-                    self._fail_all(e)
-                    return
-                self._handle(rd)
-                self.core.advance(rd)
-                self._maybe_snapshot()
+                    self._handle(rd)
+                    self.core.advance(rd)
+                    self._maybe_snapshot()
+        except asyncio.CancelledError:
+            raise
+        except StorageError as e:
+            log.error("voter %s stops: %s", self.id, e)
+            self._fail_stop(e)
+        except Exception as e:
+            log.exception("voter %s stops on an unexpected error", self.id)
+            self._fail_stop(e)
+
+    def _fail_stop(self, err: BaseException) -> None:
+        self.failed = err
+        # Callers see NoQuorum (this voter cannot serve; another may), naming the cause.
+        self._fail_all(NoQuorum(f"voter {self.id} has stopped: {err}"))
+        for t in self._tasks:  # the ticker: nothing drains the inbox any more
+            if t is not asyncio.current_task():
+                t.cancel()
 
     def _handle(self, rd: Ready) -> None:
         if rd.snapshot is not None:
@@ -229,7 +251,8 @@ class RaftNode:
                 reply = RegistryReply(r.req, True, value=await self.latest(r.model))
             elif r.op == "status":
                 c = self.core
-                reply = RegistryReply(r.req, True, c.role.value, c.lead or "", c.term)
+                role = "stopped" if self.failed is not None else c.role.value
+                reply = RegistryReply(r.req, True, role, c.lead or "", c.term)
             elif r.op == "version":
                 await self.read_index()
                 rec = self.registry.version(r.model, r.value)
@@ -252,6 +275,11 @@ class RaftNode:
                 reply = RegistryReply(r.req, False, "bad_op", f"unknown op {r.op!r}")
         except NoQuorum as e:
             reply = RegistryReply(r.req, False, "no_quorum", str(e))
+        except RegistryError as e:  # a malformed command: refuse it now, never retry it
+            reply = RegistryReply(r.req, False, "malformed", str(e))
+        except Exception as e:  # a bug: answer (the client must not wait), and say it loudly
+            log.exception("voter %s: request %s failed", self.id, r.op)
+            reply = RegistryReply(r.req, False, "internal", f"{type(e).__name__}: {e}")
         with contextlib.suppress(TensorHubError, OSError):
             await peer.conn.send(reply)
 
@@ -326,7 +354,7 @@ class RaftNode:
     def status(self) -> dict[str, object]:
         return {
             "id": self.id,
-            "role": self.core.role.value,
+            "role": "stopped" if self.failed is not None else self.core.role.value,
             "term": self.core.term,
             "leader": self.core.lead,
             "commit": self.core.log.committed,

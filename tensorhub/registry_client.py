@@ -53,20 +53,26 @@ class RegistryClient:
             call.fut.set_result(msg)
 
     async def _ask(
-        self, voter: str, op: str, model: str, data: bytes, value: int = 0
+        self,
+        voter: str,
+        op: str,
+        model: str,
+        data: bytes,
+        value: int = 0,
+        timeout: float = ATTEMPT_TIMEOUT,
     ) -> RegistryReply:
         req = next(self._ids)
         fut: asyncio.Future[RegistryReply] = asyncio.get_running_loop().create_future()
         self._calls[req] = _Call(fut)
         try:
-            peer = await self.node.peer(voter)
+            peer = await asyncio.wait_for(self.node.peer(voter), timeout)
             await peer.conn.send(RegistryRequest(req, op, model, data, value))
             # A voter that dies mid-request closes the connection: fail over at once.
             closed: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(peer.conn.closed))
             waiting: set[asyncio.Future[Any]] = {fut, closed}
             try:
                 done, _ = await asyncio.wait(
-                    waiting, timeout=ATTEMPT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+                    waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 closed.cancel()
@@ -97,8 +103,13 @@ class RegistryClient:
             self._preferred %= max(len(voters), 1)
             order = voters[self._preferred :] + voters[: self._preferred]
             for i, voter in enumerate(order):
+                left = end - loop.time()
+                if left <= 0:
+                    break
                 try:
-                    reply = await self._ask(voter, op, model, data, value)
+                    reply = await self._ask(
+                        voter, op, model, data, value, min(ATTEMPT_TIMEOUT, left)
+                    )
                 except (TensorHubError, OSError, asyncio.TimeoutError) as e:
                     last = f"{voter}: {e or type(e).__name__}"
                     continue
@@ -108,7 +119,7 @@ class RegistryClient:
                 self._preferred = (self._preferred + i) % len(voters)
                 return reply
             if loop.time() + backoff > end:
-                raise NoQuorum(f"registry unavailable for {deadline:.0f}s: {last}")
+                raise NoQuorum(f"registry unavailable for {deadline:g}s: {last}")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 

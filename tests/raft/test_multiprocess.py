@@ -8,6 +8,7 @@ voters re-propose what they had forwarded to the dead leader; measured 0.4–0.8
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tensorhub.core.errors import NoQuorum
 from tensorhub.core.registry import PublishShard
 from tensorhub.node import Node
 from tensorhub.registry_client import RegistryClient
@@ -215,3 +217,66 @@ async def test_restarted_follower_catches_up_through_a_snapshot(voters: Voters) 
 @pytest.mark.timeout(900)
 async def test_restarted_follower_catches_up_at_ten_thousand_versions(voters: Voters) -> None:
     await _restart_follower_after(voters, 10_000)
+
+
+async def test_a_failed_snapshot_write_stops_the_leader_loudly(voters: Voters) -> None:
+    """Issue #15 (5): writing raft.snap.tmp failed (as on a full disk while snapshotting),
+    the exception escaped the storage handling, the Raft task died without a word, and
+    the voter went on saying role=leader while reads failed with a misleading no_quorum.
+    Here the leader's snapshot path is blocked (a directory where the temporary file goes):
+    it must stop, say so in its status, and the other two must go on committing."""
+    node = await Node.start("client", secret=SECRET)
+    client = RegistryClient(node, voters.addrs)
+    try:
+        await commit_many(client, 1, 5)
+        lead = await leader_of(client, voters.addrs)
+        (voters.tmp / f"v{voters.addrs.index(lead)}" / "raft.snap.tmp").mkdir()
+        await commit_many(client, 6, 1000)  # the leader snapshots at applied 1,000
+        for _ in range(100):
+            status = await client.ask(lead, "status")
+            if status.code == "stopped":
+                break
+            await asyncio.sleep(0.05)
+        assert status.code == "stopped", status
+        res = await client.ask(lead, "latest", "policy")
+        assert res.code == "no_quorum" and "stopped: cannot write snapshot" in res.message, res
+        ok = await client.propose("client#later", PublishShard("later", 1, 0, 1, bytes(16), "t"))
+        assert ok.ok, ok
+    finally:
+        await node.close()
+
+
+async def test_a_malformed_proposal_is_refused_at_once(voters: Voters) -> None:
+    """Issue #15 (7): a RegistryError escaped the voter's request handler, so an
+    authenticated client's malformed proposal got no reply and the client reported
+    NoQuorum after 18 s."""
+    node = await Node.start("client", secret=SECRET)
+    client = RegistryClient(node, voters.addrs)
+    try:
+        t0 = time.monotonic()
+        reply = await client.call("propose", data=b"\x81\xa3not a proposal", deadline=20)
+        assert reply.code == "malformed" and "malformed registry command" in reply.message
+        assert time.monotonic() - t0 < 5  # an answer, not a deadline
+    finally:
+        await node.close()
+
+
+async def test_the_client_deadline_bounds_each_attempt(voters: Voters) -> None:
+    """Issue #15 (7): the deadline was checked only between rounds of 6 s attempts per
+    voter. With every voter hung (SIGSTOP), a 1 s deadline must end in about 1 s."""
+    node = await Node.start("client", secret=SECRET)
+    client = RegistryClient(node, voters.addrs)
+    try:
+        assert (await client.propose("c#1", pub(1))).ok
+        for p in voters.procs.values():
+            p.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(NoQuorum, match="registry unavailable for 1s"):
+            await client.latest("policy", deadline=1.0)
+        took = time.monotonic() - t0
+        print(f"NoQuorum after {took:.2f}s (deadline 1 s)")
+        assert took < 4, took
+    finally:
+        for p in voters.procs.values():
+            p.send_signal(signal.SIGCONT)
+        await node.close()
