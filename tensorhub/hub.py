@@ -221,9 +221,8 @@ class Hub:
         cmd = PublishShard(
             model, version, shard, num_shards, manifest.root, self.node.name, manifest.total_bytes
         )
-        req = f"{self.node.name}/publish/{model}/{version}/{shard}/{manifest.root.hex()}"
         try:
-            res = await self.registry.propose(req, cmd)
+            res = await self.registry.propose(cmd)
         except BaseException:
             await self._withdraw(dp, version)
             raise
@@ -518,7 +517,7 @@ class Hub:
             await self._drop_kept(model)
 
     async def _retention(self, cmd: Retain | Release, op: str) -> None:
-        res = await self.registry.propose(f"{self.node.name}/{op}/{cmd.model}/{cmd.version}", cmd)
+        res = await self.registry.propose(cmd)
         if not res.ok:
             raise UnknownVersion(f"{op} {cmd.model} v{cmd.version}: {res.code}: {res.message}")
 

@@ -99,6 +99,7 @@ class RaftNode:
         self._outbox = PeerOutbox(node, limit=OUTBOX_LIMIT, backoff=tick, max_backoff=2.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count(1)
+        self._session = f"{self.id}/{os.urandom(6).hex()}"  # proposals apply once each
         self.failed: BaseException | None = None
         self.on_commit: list[Callable[[str, int], None]] = []
         """Called with (model, version) whenever a version commits (for watchers)."""
@@ -193,7 +194,7 @@ class RaftNode:
 
     def _reissue(self) -> None:
         """A new leader: requests forwarded to the old one may be lost, so send them again.
-        Safe: commands are idempotent per request id and reads are keyed by context."""
+        Safe: the registry applies each (session, seq) once and reads are keyed by context."""
         for w in self._proposals.values():
             with contextlib.suppress(ProposalDropped):
                 self.core.propose(w.data)
@@ -330,8 +331,9 @@ class RaftNode:
         return res
 
     async def propose(self, cmd: object, timeout: float = 5.0) -> Result:
-        req = f"{self.id}#{next(self._ids)}"
-        return await self.propose_raw(encode_proposal(Proposal(req, cmd)), timeout)  # type: ignore[arg-type]
+        seq = next(self._ids)
+        p = Proposal(f"{self._session}#{seq}", cmd, self._session, seq)  # type: ignore[arg-type]
+        return await self.propose_raw(encode_proposal(p), timeout)
 
     async def read_index(self, timeout: float = 5.0) -> int:
         """A linearizable read point: once this returns, the local registry is up to date."""

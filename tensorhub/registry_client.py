@@ -2,15 +2,17 @@
 
 A non-voter sends :class:`~tensorhub.core.messages.RegistryRequest` s to the voters (the
 last one that answered first, then the others), backing off exponentially between rounds,
-until the request succeeds or its deadline passes; then it raises :class:`NoQuorum`. A
-proposal carries a request id and registry commands are idempotent, so a retry after an
-unknown outcome is safe: re-publishing the same root is answered "already".
+until the request succeeds or its deadline passes; then it raises :class:`NoQuorum`. Each
+proposal carries this client's session (one per process incarnation) and a sequence
+number, so a retry after an unknown outcome applies at most once (see
+:mod:`tensorhub.core.registry`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,8 @@ class RegistryClient:
         self.node = node
         self._voters = voters
         self._ids = itertools.count(1)
+        self.session = f"{node.name}/{os.urandom(6).hex()}"
+        self._seqs = itertools.count(1)
         self._calls: dict[int, _Call] = {}
         self._preferred = 0
         node.control[RegistryReply] = self._on_reply
@@ -123,10 +127,11 @@ class RegistryClient:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
-    async def propose(self, req: str, cmd: Command, deadline: float = DEFAULT_DEADLINE) -> Result:
-        reply = await self.call(
-            "propose", data=encode_proposal(Proposal(req, cmd)), deadline=deadline
-        )
+    async def propose(self, cmd: Command, deadline: float = DEFAULT_DEADLINE) -> Result:
+        """Commit ``cmd`` (applied once, however often it is retried)."""
+        seq = next(self._seqs)
+        p = Proposal(f"{self.session}#{seq}", cmd, self.session, seq)
+        reply = await self.call("propose", data=encode_proposal(p), deadline=deadline)
         return Result(reply.ok, reply.code, reply.message, bool(reply.value))
 
     async def version(

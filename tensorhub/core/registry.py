@@ -14,6 +14,16 @@ violation is a clear rejection, never a silent overwrite):
   versions cannot be retired.
 
 Commands are msgpack-encoded :class:`Proposal` s; :meth:`Registry.apply` is deterministic.
+
+**Each request applies once.** A proposal can reach the log twice (a client retrying on
+another voter, a voter re-proposing on a new leader, a duplicated message), and retain,
+release and retire are not idempotent once other commands interleave (retain, release,
+duplicated retain: the version stays retained). So a proposal names its client session
+and a sequence number in it, and the registry remembers, per session, the results of its
+last ``SESSION_WINDOW`` requests (Raft dissertation §6.3): a request seen before gets its
+first result again and changes nothing. Sessions are bounded (``MAX_SESSIONS``, the least
+recently used dropped first) and travel in snapshots. A client may have at most
+``SESSION_WINDOW`` requests outstanding at once.
 """
 
 from __future__ import annotations
@@ -59,11 +69,21 @@ class Retire(msgspec.Struct, frozen=True, tag="retire", forbid_unknown_fields=Tr
 Command = Union[PublishShard, Retain, Release, Retire]  # noqa: UP007
 
 
+SESSION_WINDOW = 256
+"""Results remembered per client session (its most recent requests)."""
+MAX_SESSIONS = 4096
+"""Client sessions remembered at once (a process incarnation is one session)."""
+
+
 class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A command plus the proposer's request id, so the proposer can find its result."""
+    """A command plus the proposer's request id (``req``, to find its result), and its
+    session and sequence number (``client``, ``seq``: to apply it once). ``seq`` 0 opts
+    out of deduplication (tests of the raw state machine)."""
 
     req: str
     cmd: Command
+    client: str = ""
+    seq: int = 0
 
 
 class Result(msgspec.Struct, frozen=True):
@@ -99,9 +119,19 @@ class ModelRecord(msgspec.Struct):
     versions: dict[int, VersionRecord] = msgspec.field(default_factory=dict)
 
 
+class Session(msgspec.Struct):
+    """One client's recent requests: their results, and the sequence number at or below
+    which a request not among them is known to be old (applied and forgotten)."""
+
+    results: dict[int, Result] = msgspec.field(default_factory=dict)
+    floor: int = 0
+    touched: int = 0  # log index of its last request (least recently used goes first)
+
+
 class _State(msgspec.Struct):
     applied: int
     models: dict[str, ModelRecord]
+    sessions: dict[str, Session] = msgspec.field(default_factory=dict)
 
 
 _proposal_enc = msgspec.msgpack.Encoder()
@@ -125,6 +155,7 @@ class Registry:
 
     def __init__(self) -> None:
         self.models: dict[str, ModelRecord] = {}
+        self.sessions: dict[str, Session] = {}
         self.applied = 0
 
     # -- commands ----------------------------------------------------------------------------
@@ -140,7 +171,35 @@ class Registry:
             p = decode_proposal(data)
         except RegistryError as e:
             return "", Result(False, "malformed", str(e))
-        return p.req, self._apply(index, p.cmd)
+        if p.seq <= 0:
+            return p.req, self._apply(index, p.cmd)
+        sess = self.sessions.get(p.client)
+        if sess is not None:
+            seen = sess.results.get(p.seq)
+            if seen is not None:
+                sess.touched = index
+                return p.req, seen  # a duplicate: its first result, nothing applied
+            if p.seq <= sess.floor:
+                return p.req, Result(
+                    False, "duplicate", f"request {p.req} was applied long ago (result dropped)"
+                )
+        else:
+            sess = self._new_session(p.client)
+        result = self._apply(index, p.cmd)
+        sess.results[p.seq] = result
+        sess.touched = index
+        if len(sess.results) > SESSION_WINDOW:
+            oldest = min(sess.results)
+            del sess.results[oldest]
+            sess.floor = max(sess.floor, oldest)
+        return p.req, result
+
+    def _new_session(self, client: str) -> Session:
+        if len(self.sessions) >= MAX_SESSIONS:
+            lru = min(self.sessions.items(), key=lambda kv: (kv[1].touched, kv[0]))[0]
+            del self.sessions[lru]
+        sess = self.sessions[client] = Session()
+        return sess
 
     def _apply(self, index: int, cmd: Command) -> Result:
         if isinstance(cmd, PublishShard):
@@ -220,7 +279,7 @@ class Registry:
     # -- snapshots ---------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        return msgspec.msgpack.encode(_State(self.applied, self.models))
+        return msgspec.msgpack.encode(_State(self.applied, self.models, self.sessions))
 
     @classmethod
     def restore(cls, data: bytes) -> Registry:
@@ -229,5 +288,5 @@ class Registry:
         except (msgspec.DecodeError, ValueError) as e:
             raise RegistryError(f"corrupt registry snapshot: {e}") from None
         r = cls()
-        r.applied, r.models = st.applied, st.models
+        r.applied, r.models, r.sessions = st.applied, st.models, st.sessions
         return r

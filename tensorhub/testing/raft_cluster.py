@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import msgspec
 import xxhash
 
 from ..core.raft import (
@@ -29,7 +30,7 @@ from ..core.raft import (
     Role,
     Snapshot,
 )
-from ..core.registry import Proposal, Registry, Result, encode_proposal
+from ..core.registry import Proposal, Registry, Result, decode_proposal, encode_proposal
 
 TICK = 10  # simulated time units per tick; message latency is drawn in these units
 
@@ -84,6 +85,7 @@ class Pending:
     call: int
     result: object = None
     ret: float | None = None
+    data: bytes = b""  # a proposal's bytes, to send again (a client's retry)
 
 
 class Cluster:
@@ -352,19 +354,58 @@ class Cluster:
                 best = n
         return best
 
-    def propose(self, nid: str, cmd: object) -> Pending | None:
+    def propose(self, nid: str, cmd: object, kind: str = "publish") -> Pending | None:
         self._req += 1
         req = f"{nid}#{self._req}"
         node = self.nodes[nid]
-        p = Pending(nid, req, "publish", getattr(cmd, "version", None), self.now)
+        data = encode_proposal(Proposal(req, cmd, "sim-client", self._req))  # type: ignore[arg-type]
+        p = Pending(nid, req, kind, getattr(cmd, "version", None), self.now, data=data)
         try:
-            node.core.propose(encode_proposal(Proposal(req, cmd)))  # type: ignore[arg-type]
+            node.core.propose(data)
         except ProposalDropped:
             return None
         self.pending[req] = p
         self.history.append(p)
         self.process(node)
         return p
+
+    def retry(self, p: Pending, nid: str) -> bool:
+        """The client sends ``p`` again, to ``nid`` (it did not hear back, or a message
+        was duplicated): the same request id, so it must apply at most once."""
+        node = self.nodes[nid]
+        if not node.alive:
+            return False
+        try:
+            node.core.propose(p.data)
+        except ProposalDropped:
+            return False
+        if p.ret is None:
+            p.node = nid
+            self.pending[p.req] = p
+        self.process(node)
+        return True
+
+    def check_applied_once(self) -> None:
+        """I7: each node's registry is what applying every request once (its first copy in
+        the log) gives: a duplicated proposal never applies twice."""
+        for n, s in self.nodes.items():
+            upto = s.registry.applied
+            if not s.alive or any(i not in self.applied_at for i in range(1, upto + 1)):
+                continue
+            want, seen = Registry(), set()
+            for i in range(1, upto + 1):
+                data = self.applied_at[i][1]
+                if data:
+                    prop = decode_proposal(data)
+                    if (prop.client, prop.seq) in seen:
+                        data = b""  # a duplicate: applies nothing
+                    else:
+                        seen.add((prop.client, prop.seq))
+                        data = encode_proposal(msgspec.structs.replace(prop, seq=0))
+                want.apply(i, data)
+            got, exp = msgspec.to_builtins(s.registry.models), msgspec.to_builtins(want.models)
+            if got != exp:
+                raise InvariantViolation(f"I7: {n} applied a duplicated request: {got} != {exp}")
 
     def read(self, nid: str, model: str) -> Pending | None:
         self._req += 1

@@ -91,7 +91,7 @@ async def test_kill_leader_during_commit_stream(voters: Voters) -> None:
         v = 0
         while len(acked) < 20:
             v += 1
-            res = await client.propose(f"client#{v}", pub(v))
+            res = await client.propose(pub(v))
             assert res.ok, res
             acked.append((v, time.monotonic()))
         lead = await leader_of(client, voters.addrs)
@@ -99,7 +99,7 @@ async def test_kill_leader_during_commit_stream(voters: Voters) -> None:
         t_kill = time.monotonic()
         while len(acked) < 40:
             v += 1
-            res = await client.propose(f"client#{v}", pub(v))
+            res = await client.propose(pub(v))
             assert res.ok or res.code == "already", res
             acked.append((v, time.monotonic()))
         resumed = next(t for _v, t in acked[20:]) - t_kill
@@ -124,13 +124,13 @@ async def test_no_quorum_is_a_clear_error(voters: Voters) -> None:
     node = await Node.start("client", secret=SECRET)
     client = RegistryClient(node, voters.addrs)
     try:
-        assert (await client.propose("c#1", pub(1))).ok
+        assert (await client.propose(pub(1))).ok
         for a in voters.addrs[:2]:
             voters.kill(a)
         from tensorhub.core.errors import NoQuorum
 
         with pytest.raises(NoQuorum, match="registry unavailable"):
-            await client.propose("c#2", pub(2), deadline=3.0)
+            await client.propose(pub(2), deadline=3.0)
     finally:
         await node.close()
 
@@ -147,7 +147,7 @@ async def commit_many(client: RegistryClient, first: int, count: int, batch: int
         # log order, so only increasing ones may commit: propose them one model each.
         res = await asyncio.gather(
             *(
-                client.propose(f"client#{x}", PublishShard(f"m{x % n}", x, 0, 1, bytes(16), "t"))
+                client.propose(PublishShard(f"m{x % n}", x, 0, 1, bytes(16), "t"))
                 for x in range(v, v + n)
             )
         )
@@ -196,7 +196,7 @@ async def _restart_follower_after(voters: Voters, count: int) -> None:
         print(f"restarted follower caught up in {took:.1f}s")
         # It really is a working replica now: lose the leader, and the two left commit.
         voters.kill(lead)
-        res = await client.propose("client#after", PublishShard("after", 1, 0, 1, bytes(16), "t"))
+        res = await client.propose(PublishShard("after", 1, 0, 1, bytes(16), "t"))
         assert res.ok, res
     finally:
         await node.close()
@@ -240,7 +240,7 @@ async def test_a_failed_snapshot_write_stops_the_leader_loudly(voters: Voters) -
         assert status.code == "stopped", status
         res = await client.ask(lead, "latest", "policy")
         assert res.code == "no_quorum" and "stopped: cannot write snapshot" in res.message, res
-        ok = await client.propose("client#later", PublishShard("later", 1, 0, 1, bytes(16), "t"))
+        ok = await client.propose(PublishShard("later", 1, 0, 1, bytes(16), "t"))
         assert ok.ok, ok
     finally:
         await node.close()
@@ -267,7 +267,7 @@ async def test_the_client_deadline_bounds_each_attempt(voters: Voters) -> None:
     node = await Node.start("client", secret=SECRET)
     client = RegistryClient(node, voters.addrs)
     try:
-        assert (await client.propose("c#1", pub(1))).ok
+        assert (await client.propose(pub(1))).ok
         for p in voters.procs.values():
             p.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()

@@ -372,3 +372,27 @@ def test_figure8_old_term_entry_is_not_committed_by_count() -> None:
     c = cluster(5, 0, config=cfg, latency=(1, 1))
     _figure8(c)
     c.check_log_matching()
+
+
+def test_a_retried_retain_after_a_release_applies_once() -> None:
+    """Issue #15 (8), as the outside checker found it: retain v1, release v1, then the
+    retain again (a client's retry on another node) left v1 retained everywhere."""
+    from tensorhub.core.registry import Release, Retain
+
+    c = Cluster(3, 1)
+    c.run_ticks(50)
+    lead = c.leader()
+    assert lead is not None
+    c.propose(lead, pub(1))
+    c.run_ticks(20)
+    retain = c.propose(lead, Retain("m", 1, "a"), kind="retain")
+    c.run_ticks(20)
+    release = c.propose(lead, Release("m", 1, "a"), kind="release")
+    c.run_ticks(20)
+    assert retain is not None and release is not None
+    assert (retain.result, release.result) == ("ok", "ok")
+    follower = next(n for n in c.nodes if n != lead)
+    assert c.retry(retain, follower)
+    c.run_ticks(40)
+    assert all(s.registry.version("m", 1).retained == [] for s in c.nodes.values())  # type: ignore[union-attr]
+    c.check_applied_once()
