@@ -18,9 +18,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ..core.registry import PublishShard
+from ..core.registry import PublishShard, Release, Retain
 from .linearizability import INF, Op, check, latest_register_step
-from .raft_cluster import Cluster, InvariantViolation
+from .raft_cluster import Cluster, InvariantViolation, Pending
 
 LIVENESS_TICKS = 200
 """L1 bound: after healing, a leader within 10 maximal election timeouts (10 × 2 × 10 ticks)."""
@@ -53,6 +53,10 @@ def run_schedule(seed: int) -> SweepResult:
     )
     rng = c.rng
     c.run_ticks(30)
+    sent: list[Pending | None] = []
+    leader = c.leader()
+    if leader is not None:
+        c.propose(leader, PublishShard("r", 1, 0, 1, bytes(16), "trainer"), kind="retention")
     faults = 0
     for _ in range(12):
         action = rng.randrange(8)
@@ -88,8 +92,19 @@ def run_schedule(seed: int) -> SweepResult:
             if not alive:
                 break
             node = rng.choice(alive)
-            if rng.random() < 0.6:
+            roll = rng.random()
+            if roll < 0.45:
                 c.propose(node, _pub(rng.randint(1, 40)))
+            elif roll < 0.6:
+                # Retention on another model (its history is not checked against the
+                # latest-register model, only by I7: each request applies once).
+                cmd = (Retain if rng.random() < 0.5 else Release)("r", 1, rng.choice("ab"))
+                sent.append(c.propose(node, cmd, kind="retention"))
+            elif roll < 0.7 and sent:
+                # A client retry: the same request again, to any node (issue #15, 8).
+                p = rng.choice(sent)
+                if p is not None:
+                    c.retry(p, node)
             else:
                 c.read(node, "m")
         c.run_ticks(rng.randint(2, 15))
@@ -122,8 +137,11 @@ def run_schedule(seed: int) -> SweepResult:
     if latest != {41}:
         raise InvariantViolation(f"L1: nodes did not converge after healing: {latest}")
     c.check_log_matching()
+    c.check_applied_once()
     ops = []
     for p in c.history:
+        if p.kind == "retention":
+            continue
         if p.kind == "read" and p.ret is None:
             continue  # a read that never returned constrains nothing
         result = p.result
