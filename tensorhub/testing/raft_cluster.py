@@ -129,6 +129,9 @@ class Cluster:
         self.history: list[Pending] = []
         self._req = 0
         self.crash_before_send: set[str] = set()  # crash after persisting, before sending
+        self.crash_after_commit: set[str] = set()
+        """Crash as soon as a commit is applied, before the messages that tell others of it
+        (or that replicate the entries after it) leave: the moment figure 8 is about."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -234,6 +237,12 @@ class Cluster:
                 self._check_hard_state(node.id, rd.hard_state)
             if node.id in self.crash_before_send:
                 self.crash_before_send.discard(node.id)
+                node.alive = False
+                return
+            if node.id in self.crash_after_commit and rd.committed:
+                self.crash_after_commit.discard(node.id)
+                for e in rd.committed:
+                    self._apply(node, e)
                 node.alive = False
                 return
             for m in rd.messages:

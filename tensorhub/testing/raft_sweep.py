@@ -18,10 +18,13 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ..core.raft import RaftConfig
 from ..core.registry import PublishShard, Release, Retain
 from .linearizability import INF, Op, check, latest_register_step
 from .raft_cluster import Cluster, InvariantViolation, Pending
 
+PROBE_VERSION = 1 << 20
+"""The version the liveness probe publishes after healing: above any the schedule used."""
 LIVENESS_TICKS = 200
 """L1 bound: after healing, a leader within 10 maximal election timeouts (10 × 2 × 10 ticks)."""
 
@@ -36,12 +39,13 @@ class SweepResult:
     trace: str = ""
 
 
-def replay_command(seed: int) -> str:
-    return f"python -m tensorhub.testing.raft_sweep --seed {seed}"
+def replay_command(seed: int, adversarial: bool = False) -> str:
+    flag = " --adversarial" if adversarial else ""
+    return f"python -m tensorhub.testing.raft_sweep --seed {seed}{flag}"
 
 
 def _pub(v: int) -> PublishShard:
-    return PublishShard("m", v, 0, 1, bytes([v]) * 16, "trainer")
+    return PublishShard("m", v, 0, 1, v.to_bytes(16, "big"), "trainer")
 
 
 def run_schedule(seed: int) -> SweepResult:
@@ -112,7 +116,11 @@ def run_schedule(seed: int) -> SweepResult:
         for n, s in c.nodes.items():
             if not s.alive:
                 c.lose_pending_of(n)
-    # Heal everything; liveness must follow within the bound.
+    return _heal_and_check(c, seed, faults)
+
+
+def _heal_and_check(c: Cluster, seed: int, faults: int) -> SweepResult:
+    """Heal everything; liveness must follow within the bound; then every check."""
     for n, s in c.nodes.items():
         if not s.alive:
             c.restart(n)
@@ -126,7 +134,7 @@ def run_schedule(seed: int) -> SweepResult:
     # A client retries on the current leader until its write commits (the first leader
     # seen after healing may be a stale one about to be deposed); bounded retries.
     for _attempt in range(5):
-        probe = c.propose(c.leader() or c.voters[0], _pub(41))
+        probe = c.propose(c.leader() or c.voters[0], _pub(PROBE_VERSION))
         c.run_ticks(40)
         if probe is not None and probe.result is not None:
             break
@@ -134,7 +142,7 @@ def run_schedule(seed: int) -> SweepResult:
         raise InvariantViolation("L1: no proposal committed within 5 tries after healing")
     c.finish_reads()
     latest = {s.registry.latest("m") for s in c.nodes.values()}
-    if latest != {41}:
+    if latest != {PROBE_VERSION}:
         raise InvariantViolation(f"L1: nodes did not converge after healing: {latest}")
     c.check_log_matching()
     c.check_applied_once()
@@ -165,17 +173,101 @@ def run_schedule(seed: int) -> SweepResult:
     )
 
 
+def run_adversarial(seed: int) -> SweepResult:
+    """Faults aimed at the leader, where Raft's subtle rules matter.
+
+    Random schedules rarely build the two histories that break a Raft without its subtle
+    rules, so these are drawn on purpose, in random order and timing:
+
+    - **figure 8**: the leader appends entries that reach at most one follower, then
+      crashes; others lead, restarts bring it back. A leader that commits an entry of an
+      earlier term by counting replicas loses a committed entry (I3).
+    - **stale leader read**: the leader is cut off; the majority elects a new one and
+      commits; reads go to the old leader meanwhile. A leader that serves a read without
+      confirming it still leads returns a stale value (I5).
+    """
+    # One entry per append (etcd's tests shrink MaxSizePerMsg too): a follower can then
+    # match a leader exactly at an entry of an earlier term, below the new leader's no-op,
+    # which is what figure 8 needs; with whole batches the no-op rides along and hides it.
+    cfg = RaftConfig(
+        max_entries_per_msg=1 + seed % 2, pre_vote=seed % 4 < 2, check_quorum=seed % 4 < 2
+    )
+    c = Cluster(n=(5, 3)[seed % 3 == 0], seed=seed, latency=(1, 3), config=cfg)
+    rng = c.rng
+    c.run_ticks(30)
+    faults = 0
+    v = 0
+
+    def publish(node: str) -> None:
+        nonlocal v
+        v += 1
+        c.propose(node, _pub(v))
+
+    for _ in range(16):
+        lead = c.leader()
+        down = [n for n, s in c.nodes.items() if not s.alive]
+        action = rng.randrange(5)
+        faults += 1
+        if lead is None or action == 0:
+            if down and rng.random() < 0.7:
+                # The down node with the newest last term first: the one whose comeback can
+                # overwrite what a careless leader committed.
+                c.restart(max(down, key=lambda n: (c.nodes[n].core.log.last_term(), n)))
+            c.heal()
+            faults -= 1
+        elif action == 1:  # figure 8, first half: a tail that reaches at most one follower
+            others = [n for n in c.alive() if n != lead]
+            keep = rng.sample(others, rng.randint(0, min(1, len(others))))
+            c.partition([lead, *keep], [n for n in c.nodes if n not in keep and n != lead])
+            for _k in range(rng.randint(1, 3)):
+                publish(lead)
+            c.run_ticks(rng.randint(1, 4))
+            c.crash(lead)
+            c.lose_pending_of(lead)
+            c.heal()
+        elif action == 2:  # figure 8, second half: whoever commits next dies at that moment
+            c.crash_after_commit.update(c.alive())
+            publish(lead)
+        elif action == 3:  # stale leader read
+            c.isolate(lead)
+            for _k in range(rng.randint(10, 40)):
+                c.run_ticks(1)
+                new = c.leader()
+                if new is not None and new != lead and rng.random() < 0.3:
+                    publish(new)
+                if rng.random() < 0.3 and c.nodes[lead].alive:
+                    c.read(lead, "m")
+                c.finish_reads()
+            c.heal()
+        else:
+            for _k in range(rng.randint(1, 4)):
+                node = rng.choice(c.alive()) if c.alive() else None
+                if node is not None:
+                    publish(node) if rng.random() < 0.6 else c.read(node, "m")
+        c.run_ticks(rng.randint(1, 12))
+        c.finish_reads()
+        for n, s in c.nodes.items():
+            if not s.alive:
+                c.lose_pending_of(n)
+    c.crash_after_commit.clear()
+    return _heal_and_check(c, seed, faults)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--count", type=int, default=1)
+    ap.add_argument(
+        "--adversarial", action="store_true", help="faults aimed at the leader (run_adversarial)"
+    )
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
+    run = run_adversarial if a.adversarial else run_schedule
     for seed in range(a.seed, a.seed + a.count):
         try:
-            r = run_schedule(seed)
+            r = run(seed)
         except AssertionError as e:
             print(f"seed {seed}: FAILED: {e}\n  replay: {replay_command(seed)}")
             return 1
