@@ -120,10 +120,18 @@ class GossipNode:
     # -- holder advertisements -----------------------------------------------------------------
 
     def advertise(
-        self, model: str, version: int, have: bytes | bytearray, *, origin: bool = False
+        self,
+        model: str,
+        version: int,
+        have: bytes | bytearray,
+        *,
+        origin: bool = False,
+        borrowed: bool = False,
     ) -> None:
-        """Tell the cluster which chunks of (model, version) we hold, verified."""
-        self.core.set_local(hold_key(model, version), encode_holding(Holding.of(have, origin)))
+        """Tell the cluster which chunks of (model, version) we hold, verified, and whether
+        that memory is the application's to reuse (``borrowed``)."""
+        holding = Holding.of(have, origin, borrowed)
+        self.core.set_local(hold_key(model, version), encode_holding(holding))
 
     def withdraw(self, model: str, version: int) -> None:
         self.core.delete_local(hold_key(model, version))

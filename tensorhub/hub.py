@@ -217,7 +217,10 @@ class Hub:
             super_seed=self.super_seed_after,
             seed_spare=self.seed_spare,
         )
-        self.gossip.advertise(dp, version, b"\1" * manifest.num_chunks, origin=True)
+        borrowed = self.node.store.get(dp, version).data.borrowed
+        self.gossip.advertise(
+            dp, version, b"\1" * manifest.num_chunks, origin=True, borrowed=borrowed
+        )
         cmd = PublishShard(
             model, version, shard, num_shards, manifest.root, self.node.name, manifest.total_bytes
         )
@@ -274,7 +277,7 @@ class Hub:
         dp = _dp(model, shard)
         if keep_copy and await self._must_keep(model, version, dp):
             try:
-                await self.node.keep_copy(dp, version)
+                await self._keep_copy(dp, version)
             except BaseException:
                 await self._withdraw(dp, version)  # it changed under us: serve nothing wrong
                 raise
@@ -295,10 +298,23 @@ class Hub:
                     self._kept.discard((m, v, shard))
                     await self._withdraw(_dp(m, shard), v)
 
+    async def _keep_copy(self, dp: str, version: int) -> None:
+        """Go on serving (dp, version) from a CPU copy of our own, and say it lasts."""
+        await self.node.keep_copy(dp, version)
+        replica = self.node.store.get(dp, version)
+        self.gossip.advertise(
+            dp, version, replica.have, origin=replica.seeder is not None, borrowed=False
+        )
+
     async def _must_keep(self, model: str, version: int, dp: str) -> bool:
+        """Are we about to drop the last lasting copy of the latest or a retained version?
+
+        Only copies that will stay count: a holder that fetched into its engine's own
+        weights (``borrowed``) overwrites them with the next version, so sixteen of those
+        are no better than none (issue #15, break 6)."""
         core = self.gossip.core
         others = any(
-            h.complete and n != core.name and core.locality_of(n) is not None
+            h.complete and not h.borrowed and n != core.name and core.locality_of(n) is not None
             for n, h in core.holders.holders(dp, version).items()
         )
         if others:
@@ -449,6 +465,7 @@ class Hub:
         byte verified; then this node holds it and serves it."""
         root = await self._committed_root(model, version, shard)
         dp = _dp(model, shard)
+        await self._free(into, dp, version)
 
         def progress(replica: Any, chunk: int) -> None:
             # Advertise the replica at once, then about 64 times per fetch, then when whole:
@@ -457,7 +474,7 @@ class Hub:
             step = max(1, n // 64)
             held = replica.held
             if chunk < 0 or held % step == 0 or held == n:
-                self.gossip.advertise(dp, version, replica.have)
+                self.gossip.advertise(dp, version, replica.have, borrowed=True)
 
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
             try:
@@ -490,10 +507,27 @@ class Hub:
             self.fetch_totals["failed"] += 1
             raise
         self.fetches.append(res)
+        if self._kept:  # copies kept for versions this fetch may have superseded
+            await self._drop_kept(model)
         self.fetch_totals["fetches"] += 1
         self.fetch_totals["bytes"] += res.bytes
         self.fetch_totals["failed_requests"] += sum(res.failures.values())
         return res
+
+    async def _free(self, into: Mapping[str, torch.Tensor], dp: str, version: int) -> None:
+        """The mutability contract on the reading side: before a fetch writes into memory
+        that serves another version, that version stops being served from it (drained).
+        If it is the latest or a retained version and no lasting copy is left elsewhere,
+        it goes on from a CPU copy of ours first, so it never silently disappears."""
+        for r in self.node.sharing(into):
+            if (r.model, r.version) == (dp, version):
+                continue  # the same version again: copied locally by the fetch
+            model, _, shard = r.model.rpartition("@")
+            if r.complete and await self._must_keep(model, r.version, r.model):
+                await self._keep_copy(r.model, r.version)
+                self._kept.add((model, r.version, int(shard or 0)))
+            else:
+                await self._withdraw(r.model, r.version)
 
     async def manifest(
         self, model: str, version: int, *, shard: int = 0, timeout: float = 60.0

@@ -235,9 +235,15 @@ class Node:
 
         await asyncio.to_thread(copy)
         data.finalize()
+        data.borrowed = False  # ours: it stays until we let it go
         new = Replica(model, version, m, data, bytearray(old.have), seeder=old.seeder)
         self.store.replace(new)
         await old.drained()
+
+    def sharing(self, tensors: Mapping[str, torch.Tensor]) -> list[Replica]:
+        """Replicas whose bytes live in (or are served from) any of ``tensors``' memory."""
+        ts = list(tensors.values())
+        return [r for r in self.store if r.data.shares_memory(ts)]
 
     async def withdraw(self, model: str, version: int) -> None:
         """Stop serving (model, version); returns once no upload reads its memory."""

@@ -12,7 +12,7 @@ chunk by chunk as a fetch verifies them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +64,17 @@ def byte_view(t: torch.Tensor) -> memoryview:
     return memoryview(arr).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
 
 
+def _extents(tensors: Iterable[torch.Tensor]) -> list[tuple[str, int, int]]:
+    """(device, first byte, end) of each non-empty tensor's memory."""
+    out = []
+    for t in tensors:
+        if t.numel():
+            span = 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride(), strict=True))
+            start = t.data_ptr()
+            out.append((str(t.device), start, start + span * t.element_size()))
+    return out
+
+
 def _alias_key(t: torch.Tensor) -> tuple[object, ...]:
     return (
         t.untyped_storage().data_ptr(),
@@ -97,6 +108,12 @@ class TensorBytes:
         self.layout = layout
         self._views = views
         self._keep = keep  # tensors (and pinned arenas) the views point into
+        self.targets: list[torch.Tensor] = []
+        """The caller's tensors these bytes are served from or land in."""
+        self.borrowed = True
+        """Whether the caller may reuse that memory (then this copy does not last: the
+        mutability contract ends it); False for copies tensorhub owns (kept copies, pinned
+        snapshots of device tensors)."""
         self._pending = pending or []
         self._uploads = uploads
         self._uploaded = bytearray(layout.num_chunks)
@@ -169,7 +186,19 @@ class TensorBytes:
             picked.append(t.detach() if ok else t.detach().contiguous())
         layout = plan_layout(descs, chunk_size, align)
         host, arena = snapshot(picked)
-        return cls(layout, [byte_view(t) for t in host], [*host, arena])
+        out = cls(layout, [byte_view(t) for t in host], [*host, arena])
+        out.targets = list(tensors.values())
+        out.borrowed = any(on_host(t) for t in tensors.values())  # CPU: served in place
+        return out
+
+    def shares_memory(self, tensors: Iterable[torch.Tensor]) -> bool:
+        """Whether any of ``tensors`` overlaps the caller memory these bytes belong to."""
+        mine = _extents(self.targets)
+        if not mine:
+            return False
+        return any(
+            d == e and a < y and x < b for d, a, b in _extents(tensors) for e, x, y in mine
+        )
 
     @classmethod
     def for_destination(cls, manifest: Manifest, into: Mapping[str, torch.Tensor]) -> TensorBytes:
@@ -227,7 +256,9 @@ class TensorBytes:
                 keep.append(buf)
                 staged.append(_Pending(dest, buf))
         # An alias is copied from its target's destination, so after the target's staging.
-        return cls(layout, views, keep, staged + aliases, uploads)
+        out = cls(layout, views, keep, staged + aliases, uploads)
+        out.targets = list(into.values())
+        return out
 
 
 def build_manifest(src: TensorBytes) -> Manifest:

@@ -82,6 +82,14 @@ class _Worker:
                 self._fetch(model, version, addr)
             )
             return ("ok",)
+        if cmd == "reuse":  # model, old, new: fetch `new` into the buffers `old` was fetched into
+            model, old, new = args
+            self.buffers[(model, new)] = self.buffers.pop((model, old))
+            return ("ok",)
+        if cmd == "retain":  # model, version
+            model, version = args
+            await hub.retain(model, version)
+            return ("ok",)
         if cmd == "result":
             model, version = args
             return await self.fetches.pop((model, version))

@@ -18,6 +18,10 @@ class Holding(msgspec.Struct, frozen=True, array_like=True):
     num_chunks: int
     bitmap: bytes  # bit i set: chunk i held and verified
     origin: bool = False  # the publisher's own copy (fetchers ask it last; it super-seeds)
+    borrowed: bool = False
+    """Held in memory its application may reuse (an engine's own weights, a trainer's
+    tensors served in place): it ends when they are overwritten, so it does not count as a
+    copy that will stay when the last lasting one is about to go."""
 
     def has(self, chunk: int) -> bool:
         return (
@@ -29,13 +33,13 @@ class Holding(msgspec.Struct, frozen=True, array_like=True):
         return all(self.has(i) for i in range(self.num_chunks))
 
     @classmethod
-    def of(cls, have: bytes | bytearray, origin: bool = False) -> Holding:
+    def of(cls, have: bytes | bytearray, origin: bool = False, borrowed: bool = False) -> Holding:
         """From a byte-per-chunk "have" array (as a replica keeps it)."""
         bits = bytearray((len(have) + 7) // 8)
         for i, h in enumerate(have):
             if h:
                 bits[i >> 3] |= 1 << (i & 7)
-        return cls(len(have), bytes(bits), origin)
+        return cls(len(have), bytes(bits), origin, borrowed)
 
 
 _enc = msgspec.msgpack.Encoder()
