@@ -344,7 +344,8 @@ def _stuck(
     exhausted), else TransferError."""
     missing = planner.missing()
     holders = {n for n, s in planner.sources.items() if any(c in s.chunks for c in missing)}
-    what = f"{model} v{version}: {why + ', ' if why else ''}chunks {missing[:8]} (of {len(missing)} missing)"
+    lead = f"{why}, " if why else ""
+    what = f"{model} v{version}: {lead}chunks {missing[:8]} (of {len(missing)} missing)"
     if holders and all(planner.sources[n].strikes for n in holders):
         return ChecksumMismatch(
             f"{what}: every holder of them sent corrupt data "

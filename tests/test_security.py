@@ -8,6 +8,7 @@ held forever until real peers were locked out (2).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -32,9 +33,7 @@ SECRET = "mp-secret"
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    p = subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
+    p = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None
     return p, p.stdout.readline()
 
@@ -214,10 +213,8 @@ async def test_a_flood_of_idle_sockets_does_not_lock_real_peers_out(
         for _ in range(400):
             s = socket.socket()
             s.setblocking(False)
-            try:
+            with contextlib.suppress(BlockingIOError):  # connecting in the background
                 s.connect((host, port))
-            except BlockingIOError:
-                pass
             idle.append(s)
         await asyncio.sleep(0.5)
         node = await Node.start("client", secret=SECRET)

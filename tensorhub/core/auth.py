@@ -77,7 +77,13 @@ def _session(
 ) -> tuple[bytes, bytes]:
     """(client→server key, server→client key) for one handshake's transcript."""
     base = _mac(
-        secret, _SESSION, client_nonce, server_nonce, client.encode(), server.encode(), target.encode()
+        secret,
+        _SESSION,
+        client_nonce,
+        server_nonce,
+        client.encode(),
+        server.encode(),
+        target.encode(),
     )
     return hmac.digest(base, b"c2s", "sha256"), hmac.digest(base, b"s2c", "sha256")
 
@@ -174,9 +180,7 @@ class ServerHandshake:
     ``local``: the address this connection was accepted on ("ip:port" of the socket), to
     check the client's ``target`` against; "" skips the check (a transport without one)."""
 
-    def __init__(
-        self, secret: bytes, node: str, nonce: bytes, proto: int, local: str = ""
-    ) -> None:
+    def __init__(self, secret: bytes, node: str, nonce: bytes, proto: int, local: str = "") -> None:
         _check_nonce(nonce)
         self._secret, self._node, self._nonce, self._proto = secret, node, nonce, proto
         self._local = local

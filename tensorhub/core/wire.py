@@ -78,7 +78,10 @@ def _union(types: tuple[type[Message], ...]) -> type[Message]:
 
 
 def encode_header(
-    msg: Message, payload_len: int = 0, sealer: FrameSealer | None = None, payload: Sequence[Buffer] = ()
+    msg: Message,
+    payload_len: int = 0,
+    sealer: FrameSealer | None = None,
+    payload: Sequence[Buffer] = (),
 ) -> bytes:
     """Prefix and header of one frame (and, with ``sealer``, its tags, computed over
     ``payload``); the payload (if any) is written after it as is."""
@@ -125,7 +128,7 @@ def head_size(prefix: Buffer) -> int:
     return int(PREFIX.size + hlen + (TAGS_SIZE if flags & FLAG_MAC else 0))
 
 
-def decode_header(data: bytes | memoryview) -> Message:
+def decode_header(data: Buffer) -> Message:
     """Decode one header's msgpack with full schema checks."""
     try:
         return _decoder().decode(data)

@@ -157,9 +157,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._client_hs is not None:
             self._write(self._client_hs.hello())
         else:
-            self._handshake_timer = self._loop.call_later(
-                HANDSHAKE_TIMEOUT, self._expire_handshake
-            )
+            self._handshake_timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._expire_handshake)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reader.get_buffer()
@@ -377,7 +375,7 @@ class Connection(asyncio.BufferedProtocol):
 
 
 def _endpoint(transport: asyncio.BaseTransport, which: str) -> str:
-    """"ip:port" of a socket transport's peer or local end ("" where there is none)."""
+    """ "ip:port" of a socket transport's peer or local end ("" where there is none)."""
     addr = transport.get_extra_info(which)
     if not isinstance(addr, tuple) or len(addr) < 2:
         return ""

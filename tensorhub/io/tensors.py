@@ -196,9 +196,7 @@ class TensorBytes:
         mine = _extents(self.targets)
         if not mine:
             return False
-        return any(
-            d == e and a < y and x < b for d, a, b in _extents(tensors) for e, x, y in mine
-        )
+        return any(d == e and a < y and x < b for d, a, b in _extents(tensors) for e, x, y in mine)
 
     @classmethod
     def for_destination(cls, manifest: Manifest, into: Mapping[str, torch.Tensor]) -> TensorBytes:

@@ -44,9 +44,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..core.auth import TAGS_SIZE
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Error, Message
-from ..core.auth import TAGS_SIZE
 from ..core.wire import PREFIX, Limits, encode_frame, encode_header, head_size
 from ..typing import Buffer
 from .tcp import DEFAULT_LIMITS, HANDSHAKE_TIMEOUT, HIGH_WATER, Connection, Handler, parse_address
@@ -363,7 +363,9 @@ class UcxConnection(Connection):
 
         async def tell_and_close() -> None:  # best effort: the peer may be gone
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._send(encode_header(Error(code, str(exc)[:512]), 0, self._sealer)), 1.0)
+                await asyncio.wait_for(
+                    self._send(encode_header(Error(code, str(exc)[:512]), 0, self._sealer)), 1.0
+                )
             self._lost()
 
         self._tasks.append(asyncio.ensure_future(tell_and_close()))

@@ -34,8 +34,15 @@ def test_heartbeat_response_frees_a_window_of_lost_appends() -> None:
     assert sent, "a heartbeat response from a paused follower sent nothing"
     # Its answer (a rejection past its log) moves the leader back to probing from there.
     c.step(
-        msg(MsgType.APP_RESP, "2", "1", term=c.term, index=sent[0].index, reject=True,
-            reject_hint=pr.match)
+        msg(
+            MsgType.APP_RESP,
+            "2",
+            "1",
+            term=c.term,
+            index=sent[0].index,
+            reject=True,
+            reject_hint=pr.match,
+        )
     )
     assert pr.state is PState.PROBE
     out = [m for m in take(c) if m.to == "2" and m.type == MsgType.APP]

@@ -36,7 +36,9 @@ class RaftMachine(RuleBasedStateMachine):
     def _node(self, i: int) -> str:
         return list(self.c.nodes)[i % len(self.c.nodes)]
 
-    @rule(ticks=st.integers(1, 25), again=st.none() | st.tuples(st.integers(0, 99), st.integers(0, 4)))
+    @rule(
+        ticks=st.integers(1, 25), again=st.none() | st.tuples(st.integers(0, 99), st.integers(0, 4))
+    )
     def run(self, ticks: int, again: tuple[int, int] | None) -> None:
         self.c.run_ticks(ticks)
         self.c.finish_reads()
