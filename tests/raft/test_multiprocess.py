@@ -207,24 +207,32 @@ async def test_restarted_follower_catches_up(voters: Voters) -> None:
     await _restart_follower_after(voters, 100)
 
 
+# The next two are about the voter processes, not the client's event loop: one loop each
+# (plain functions, so they are not run once per loop like the async tests).
+
+
 @pytest.mark.timeout(600)
-async def test_restarted_follower_catches_up_through_a_snapshot(voters: Voters) -> None:
+def test_restarted_follower_catches_up_through_a_snapshot(voters: Voters) -> None:
     """1,100 versions: the leader compacted its log at 1,000, so the follower needs the
     snapshot, which is larger than a frame header may be (it used to be dropped)."""
-    await _restart_follower_after(voters, 1100)
+    asyncio.run(_restart_follower_after(voters, 1100))
 
 
 @pytest.mark.timeout(900)
-async def test_restarted_follower_catches_up_at_ten_thousand_versions(voters: Voters) -> None:
-    await _restart_follower_after(voters, 10_000)
+def test_restarted_follower_catches_up_at_ten_thousand_versions(voters: Voters) -> None:
+    asyncio.run(_restart_follower_after(voters, 10_000))
 
 
-async def test_a_failed_snapshot_write_stops_the_leader_loudly(voters: Voters) -> None:
+def test_a_failed_snapshot_write_stops_the_leader_loudly(voters: Voters) -> None:
     """Issue #15 (5): writing raft.snap.tmp failed (as on a full disk while snapshotting),
     the exception escaped the storage handling, the Raft task died without a word, and
     the voter went on saying role=leader while reads failed with a misleading no_quorum.
     Here the leader's snapshot path is blocked (a directory where the temporary file goes):
     it must stop, say so in its status, and the other two must go on committing."""
+    asyncio.run(_failed_snapshot_write(voters))
+
+
+async def _failed_snapshot_write(voters: Voters) -> None:
     node = await Node.start("client", secret=SECRET)
     client = RegistryClient(node, voters.addrs)
     try:
