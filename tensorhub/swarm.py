@@ -140,11 +140,14 @@ async def swarm_fetch(
         if health is not None:
             statuses = health()
             for name in list(planner.sources):
-                status = statuses.get(name)
-                if status is Status.DEAD:
+                if statuses.get(name) is Status.DEAD:
                     trouble["holder dead"] += 1
                     drop(name)
-                elif status is Status.SUSPECT:
+            suspects = [n for n in planner.sources if statuses.get(n) is Status.SUSPECT]
+            if len(suspects) < len(planner.sources):
+                # Ask the others meanwhile; but never suspend every source at once (under
+                # load, suspicion of a live node is common: the fetch would only stall).
+                for name in suspects:
                     planner.suspend(name, refresh_ticks)
 
     def drop(source: str) -> None:

@@ -72,7 +72,8 @@ def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(res))
     assert data["ok"] and data["failures"]["wrong_weights"] == 0
-    assert data["chaos"]["crashed"] == [] and data["failures"]["failed_fetches"] == 0
+    assert data["chaos"]["crashed"] == [], data["chaos"]
+    assert data["failures"]["failed_fetches"] == 0, data["fetch_failures"]
     killed = data["chaos"]["killed"]
     assert len(killed) == 2 and data["failures"]["killed"] == 2
     assert any("Raft leader" in k["why"] for k in killed)
