@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             images[sw.name] = f"results/{png.name}"
             print(f"{sw.kind}/{sw.name}: " + ", ".join(
                 f"{v}: {o.ratio:.1f}x ({o.over_lb_mean:.2f}x LB)" for v, o in points))  # fmt: skip
-        rep.write_text(report.markdown(outs, done, images, "python -m sim sweep"))
+        kept = rep.read_text().partition(report.MEASURED)[2] if rep.exists() else ""
+        text = report.markdown(outs, done, images, "python -m sim sweep")
+        rep.write_text(text + (f"\n{report.MEASURED}{kept}" if kept else ""))
         print(f"wrote {rep}")
         _write_json(a.json, {
             sw.name: [{"value": v, **o.summary()} for v, o in pts] for sw, pts in done

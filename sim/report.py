@@ -15,6 +15,9 @@ from rich.table import Table
 from .scenario import Scenario
 from .workloads import PAPER, Outcome, run
 
+MEASURED = "<!-- measured on the real system below: kept as is by python -m sim sweep -->"
+
+
 
 def outcome_table(outcomes: Sequence[Outcome]) -> Table:
     t = Table(title="tensorhub simulator: the paper's three workloads")

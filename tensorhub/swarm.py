@@ -354,7 +354,12 @@ def _stuck(
             f"{what}: every holder of them sent corrupt data "
             f"({trouble['corrupt']} corrupt replies from {sorted(holders)[:4]})"
         )
-    return TransferError(f"{what}: no usable holder ({dict(trouble)}; {sorted(planner.sources)})")
+    hint = ""
+    if not holders and trouble["withdrawn"]:
+        hint = " (its holders let go of it: a newer version may have replaced it in their memory)"
+    return TransferError(
+        f"{what}: no usable holder{hint} ({dict(trouble)}; {sorted(planner.sources)})"
+    )
 
 
 def _held(node: Node, model: str, version: int) -> Replica | None:

@@ -73,7 +73,16 @@ def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
     assert data == json.loads(json.dumps(res))
     assert data["ok"] and data["failures"]["wrong_weights"] == 0
     assert data["chaos"]["crashed"] == [], data["chaos"]
-    assert data["failures"]["failed_fetches"] == 0, data["fetch_failures"]
+    # A rollout that falls a version behind (a slow WAN under load) may find that version
+    # gone: its holders fetched the next one into the same memory and let it go (the
+    # mutability contract). That fetch fails cleanly, and the rollout catches up.
+    last = len(data["versions"])
+    for f in data["fetch_failures"]:
+        assert f["version"] < last and "no usable holder" in f["error"], f
+    final = {x["who"] for x in data["versions"][-1]["fetches"] if x["verified"]}
+    killed_names = {k["who"] for k in data["chaos"]["killed"]}
+    rollouts = {n["name"] for n in SMALL["nodes"] if n.get("role") != "trainer"}  # type: ignore[attr-defined]
+    assert final == rollouts - killed_names, (final, data["fetch_failures"])
     killed = data["chaos"]["killed"]
     assert len(killed) == 2 and data["failures"]["killed"] == 2
     assert any("Raft leader" in k["why"] for k in killed)

@@ -186,6 +186,8 @@ class UcxConnection(Connection):
         ]
         if self._client_hs is not None:
             self._write(self._client_hs.hello())
+        else:  # the accepting side bounds the handshake, as over TCP
+            self._handshake_timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._expire_handshake)
 
     # -- receiving -----------------------------------------------------------------------------
 
