@@ -169,7 +169,7 @@ class RaftNode:
         for e in rd.committed:
             out = self.registry.apply(e.index, e.data)
             if out is not None:
-                self._applied(e.data, *out)
+                self._applied(e.index, e.data, *out)
         for rs in rd.read_states:
             w = self._reads.pop(rs.context, None)
             if w is not None:
@@ -202,12 +202,15 @@ class RaftNode:
             with contextlib.suppress(ProposalDropped):
                 self.core.read_index(ctx)
 
-    def _applied(self, data: bytes, req: str, result: Result) -> None:
+    def _applied(self, index: int, data: bytes, req: str, result: Result) -> None:
         w = self._proposals.pop(req, None)
         if w is not None and not w.fut.done():
             w.fut.set_result(result)
         if result.committed and result.code == "ok":
             cmd = decode_proposal(data).cmd
+            rec = self.registry.version(cmd.model, cmd.version)
+            if rec is None or rec.committed_at != index:
+                return  # a duplicate of the commit (its first result, replayed): told once
             for cb in self.on_commit:
                 cb(cmd.model, cmd.version)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from tensorhub.core.raft import RaftConfig
-from tensorhub.core.raft.progress import PState
+from tensorhub.core.raft import RaftConfig, RaftCore
+from tensorhub.core.raft.progress import Progress, PState
 from tensorhub.core.raft.types import MsgType
 
 from .helpers import PAPER, core, elect, msg, persist_all, take
 
 
-def _replicating_leader(cfg: RaftConfig) -> tuple:  # type: ignore[type-arg]
+def _replicating_leader(cfg: RaftConfig) -> tuple[RaftCore, Progress]:
     c = core(cfg=cfg)
     elect(c)
     persist_all(c)
@@ -61,11 +61,6 @@ def test_appends_are_cut_by_bytes() -> None:
     c.step(msg(MsgType.HEARTBEAT_RESP, "2", "1", term=c.term))  # a probe goes out
     (app,) = [m for m in take(c) if m.to == "2" and m.type == MsgType.APP]
     assert len(app.entries) == 3  # 3,000 bytes of the 10,000 waiting
-    big = core(cfg=cfg)
-    elect(big)
-    persist_all(big)
-    take(big)
-    big.step(msg(MsgType.APP_RESP, "2", "1", term=big.term, index=big.log.last_index()))
-    take(big)
+    big, _ = _replicating_leader(cfg)
     big.propose(b"x" * 10_000)  # one entry larger than the limit still goes, alone
     assert any(len(m.entries) == 1 for m in take(big) if m.to == "2" and m.entries)
