@@ -18,7 +18,6 @@ from .workloads import PAPER, Outcome, run
 MEASURED = "<!-- measured on the real system below: kept as is by python -m sim sweep -->"
 
 
-
 def outcome_table(outcomes: Sequence[Outcome]) -> Table:
     t = Table(title="tensorhub simulator: the paper's three workloads")
     for col in ("scenario", "headline figure", "vs", "ratio", "paper", "TH / lower bound"):
