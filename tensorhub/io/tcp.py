@@ -27,7 +27,13 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
-from ..core.auth import ClientHandshake, FrameOpener, FrameSealer, ServerHandshake
+from ..core.auth import (
+    ClientHandshake,
+    FrameOpener,
+    FrameSealer,
+    ServerHandshake,
+    SessionKeys,
+)
 from ..core.errors import AuthenticationError, ProtocolError, TransferError
 from ..core.messages import Auth, Challenge, Error, Hello, Message, Packed, Welcome
 from ..core.wire import (
@@ -129,16 +135,19 @@ class Connection(asyncio.BufferedProtocol):
         self._client_hs: ClientHandshake | None = None
         self._server_hs: ServerHandshake | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
-        self._begin_handshake("", "")
 
     def _begin_handshake(self, target: str, local: str) -> None:
-        """Fresh handshake state; ``target``/``local`` are the addresses it binds (see
-        :mod:`tensorhub.core.auth`), "" where the transport cannot say."""
+        """The transport is connected: start the handshake (the client says Hello; the
+        accepting side gives it ``HANDSHAKE_TIMEOUT``). ``target``/``local`` are the
+        addresses it binds (see :mod:`tensorhub.core.auth`), "" where the transport
+        cannot say."""
         nonce = os.urandom(32)
         if self.client:
             self._client_hs = ClientHandshake(self._secret, self.node, nonce, PROTO_VERSION, target)
+            self._write(self._client_hs.hello())
         else:
             self._server_hs = ServerHandshake(self._secret, self.node, nonce, PROTO_VERSION, local)
+            self._handshake_timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._expire_handshake)
 
     def _expire_handshake(self) -> None:
         if not self.ready.done():
@@ -154,10 +163,6 @@ class Connection(asyncio.BufferedProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
         self._begin_handshake(_endpoint(transport, "peername"), _endpoint(transport, "sockname"))
-        if self._client_hs is not None:
-            self._write(self._client_hs.hello())
-        else:
-            self._handshake_timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._expire_handshake)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reader.get_buffer()
@@ -246,8 +251,7 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if isinstance(msg, Welcome):
                 self._client_hs.on_welcome(msg)
-                keys = self._client_hs.keys()
-                self._open(self._client_hs.peer, FrameSealer(keys.send), FrameOpener(keys.recv))
+                self._open(self._client_hs.peer, self._client_hs.keys())
                 return
         elif self._server_hs is not None:
             if isinstance(msg, Hello):
@@ -255,19 +259,18 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if isinstance(msg, Auth):
                 self._write(self._server_hs.on_auth(msg))
-                keys = self._server_hs.keys()
-                self._open(self._server_hs.peer, FrameSealer(keys.send), FrameOpener(keys.recv))
+                self._open(self._server_hs.peer, self._server_hs.keys())
                 return
         raise ProtocolError(f"unexpected {type(msg).__name__} during the handshake")
 
-    def _open(self, peer: str | None, sealer: FrameSealer, opener: FrameOpener) -> None:
+    def _open(self, peer: str | None, keys: SessionKeys) -> None:
         """The handshake is done: every frame from now on is sealed and must open."""
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
         self.peer = peer
-        self._sealer = sealer
-        self._reader.opener = opener
+        self._sealer = FrameSealer(keys.send)
+        self._reader.opener = FrameOpener(keys.recv)
         self._reader.limits = self._limits
         self._handler = self._handler_factory(self)
         self.ready.set_result(None)

@@ -184,10 +184,7 @@ class UcxConnection(Connection):
             asyncio.ensure_future(self._read_loop()),
             asyncio.ensure_future(self._write_loop()),
         ]
-        if self._client_hs is not None:
-            self._write(self._client_hs.hello())
-        else:  # the accepting side bounds the handshake, as over TCP
-            self._handshake_timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._expire_handshake)
+        self._begin_handshake("", "")  # UCX offers no socket address to bind
 
     # -- receiving -----------------------------------------------------------------------------
 
