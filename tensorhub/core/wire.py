@@ -87,11 +87,7 @@ def encode_header(
     ``payload``); the payload (if any) is written after it as is."""
     if payload_len and not msg.HAS_PAYLOAD:
         raise ProtocolError(f"{type(msg).__name__} carries no payload")
-    header = _encoder.encode(msg)
-    if sealer is None:
-        return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
-    head = PREFIX.pack(MAGIC, PROTO_VERSION, FLAG_MAC, len(header), payload_len) + header
-    return head + sealer.seal(head, payload, payload_len > 0)
+    return _head(_encoder.encode(msg), payload_len, sealer, payload)
 
 
 def encode_frame(
@@ -104,13 +100,17 @@ def encode_frame(
         raise ProtocolError(f"{type(msg).__name__} carries no payload")
     header = _encoder.encode(msg)
     if len(header) > PACK_OVER and not msg.HAS_PAYLOAD:
-        payload, n, msg = [header], len(header), Packed()
-        header = _encoder.encode(msg)
-    flags = 0 if sealer is None else FLAG_MAC
-    head = PREFIX.pack(MAGIC, PROTO_VERSION, flags, len(header), n) + header
-    if sealer is not None:
-        head += sealer.seal(head, payload, n > 0)
-    return head, payload
+        payload, n, header = [header], len(header), _encoder.encode(Packed())
+    return _head(header, n, sealer, payload), payload
+
+
+def _head(
+    header: bytes, payload_len: int, sealer: FrameSealer | None, payload: Sequence[Buffer]
+) -> bytes:
+    if sealer is None:
+        return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
+    head = PREFIX.pack(MAGIC, PROTO_VERSION, FLAG_MAC, len(header), payload_len) + header
+    return head + sealer.seal(head, payload, payload_len > 0)
 
 
 def unpack(data: Buffer) -> Message:
