@@ -78,6 +78,12 @@ def _dp(model: str, shard: int) -> str:
     return f"{model}@{shard}"
 
 
+def _split_dp(dp: str) -> tuple[str, int]:
+    """(model, shard) of a data-plane name (the inverse of :func:`_dp`)."""
+    model, _, shard = dp.rpartition("@")
+    return model, int(shard)
+
+
 class Hub:
     def __init__(
         self, node: Node, gossip: GossipNode, raft: RaftNode | None, seeds: Sequence[str]
@@ -276,12 +282,7 @@ class Hub:
         it is published again — fetches fail with :class:`NoHolder`, never a wrong byte."""
         dp = _dp(model, shard)
         if keep_copy and await self._must_keep(model, version, dp):
-            try:
-                await self._keep_copy(dp, version)
-            except BaseException:
-                await self._withdraw(dp, version)  # it changed under us: serve nothing wrong
-                raise
-            self._kept.add((model, version, shard))
+            await self._keep_copy(model, version, shard)
             return True
         await self._withdraw(dp, version)
         return False
@@ -298,9 +299,16 @@ class Hub:
                     self._kept.discard((m, v, shard))
                     await self._withdraw(_dp(m, shard), v)
 
-    async def _keep_copy(self, dp: str, version: int) -> None:
-        """Go on serving (dp, version) from a CPU copy of our own, and say it lasts."""
-        await self.node.keep_copy(dp, version)
+    async def _keep_copy(self, model: str, version: int, shard: int) -> None:
+        """Go on serving a shard from a CPU copy of our own, and say it lasts. If its bytes
+        changed under us (the contract broken), withdraw it: serve nothing wrong."""
+        dp = _dp(model, shard)
+        try:
+            await self.node.keep_copy(dp, version)
+        except BaseException:
+            await self._withdraw(dp, version)
+            raise
+        self._kept.add((model, version, shard))
         replica = self.node.store.get(dp, version)
         self.gossip.advertise(
             dp, version, replica.have, origin=replica.seeder is not None, borrowed=False
@@ -522,10 +530,9 @@ class Hub:
         for r in self.node.sharing(into):
             if (r.model, r.version) == (dp, version):
                 continue  # the same version again: copied locally by the fetch
-            model, _, shard = r.model.rpartition("@")
+            model, shard = _split_dp(r.model)
             if r.complete and await self._must_keep(model, r.version, r.model):
-                await self._keep_copy(r.model, r.version)
-                self._kept.add((model, r.version, int(shard or 0)))
+                await self._keep_copy(model, r.version, shard)
             else:
                 await self._withdraw(r.model, r.version)
 
