@@ -30,7 +30,7 @@ from .core.errors import NoQuorum, TensorHubError
 from .core.messages import Message, RegistryReply, RegistryRequest
 from .core.raft import HardState, ProposalDropped, RaftConfig, RaftCore, RaftMessage, Ready, Role
 from .core.registry import (
-    Proposal,
+    ClientSession,
     Registry,
     RegistryError,
     Result,
@@ -99,7 +99,7 @@ class RaftNode:
         self._outbox = PeerOutbox(node, limit=OUTBOX_LIMIT, backoff=tick, max_backoff=2.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count(1)
-        self._session = f"{self.id}/{os.urandom(6).hex()}"  # proposals apply once each
+        self._session = ClientSession(f"{self.id}/{os.urandom(6).hex()}")
         self.failed: BaseException | None = None
         self.on_commit: list[Callable[[str, int], None]] = []
         """Called with (model, version) whenever a version commits (for watchers)."""
@@ -334,8 +334,7 @@ class RaftNode:
         return res
 
     async def propose(self, cmd: object, timeout: float = 5.0) -> Result:
-        seq = next(self._ids)
-        p = Proposal(f"{self._session}#{seq}", cmd, self._session, seq)  # type: ignore[arg-type]
+        p = self._session.proposal(cmd)  # type: ignore[arg-type]
         return await self.propose_raw(encode_proposal(p), timeout)
 
     async def read_index(self, timeout: float = 5.0) -> int:

@@ -21,7 +21,7 @@ import msgspec
 
 from .core.errors import NoQuorum, TensorHubError, TransferError
 from .core.messages import Message, RegistryReply, RegistryRequest
-from .core.registry import Command, Proposal, Result, encode_proposal
+from .core.registry import ClientSession, Command, Result, encode_proposal
 from .node import Node
 from .peer import PeerHandler
 
@@ -40,8 +40,7 @@ class RegistryClient:
         self.node = node
         self._voters = voters
         self._ids = itertools.count(1)
-        self.session = f"{node.name}/{os.urandom(6).hex()}"
-        self._seqs = itertools.count(1)
+        self.session = ClientSession(f"{node.name}/{os.urandom(6).hex()}")
         self._calls: dict[int, _Call] = {}
         self._preferred = 0
         node.control[RegistryReply] = self._on_reply
@@ -129,8 +128,7 @@ class RegistryClient:
 
     async def propose(self, cmd: Command, deadline: float = DEFAULT_DEADLINE) -> Result:
         """Commit ``cmd`` (applied once, however often it is retried)."""
-        seq = next(self._seqs)
-        p = Proposal(f"{self.session}#{seq}", cmd, self.session, seq)
+        p = self.session.proposal(cmd)
         reply = await self.call("propose", data=encode_proposal(p), deadline=deadline)
         return Result(reply.ok, reply.code, reply.message, bool(reply.value))
 

@@ -86,6 +86,20 @@ class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     seq: int = 0
 
 
+class ClientSession:
+    """Numbers one client's proposals within its session, so that each applies once.
+    ``name`` must be unique per process incarnation (the caller draws it: randomness is
+    an input here), or a restarted client's requests would read as old duplicates."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._seq = 0
+
+    def proposal(self, cmd: Command) -> Proposal:
+        self._seq += 1
+        return Proposal(f"{self.name}#{self._seq}", cmd, self.name, self._seq)
+
+
 class Result(msgspec.Struct, frozen=True):
     ok: bool
     code: str = "ok"
