@@ -52,3 +52,13 @@ def test_adversarial_fault_schedules(start: int) -> None:
             run_adversarial(seed)
         except AssertionError as e:
             pytest.fail(f"seed {seed}: {e}\nreplay: {replay_command(seed, adversarial=True)}")
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        50475,  # a restarted node deposed the leader just after the liveness probe committed
+    ],
+)
+def test_named_adversarial_regression_seeds(seed: int) -> None:
+    run_adversarial(seed)
