@@ -2,7 +2,8 @@
 
 A server process holds a state_dict of real torch tensors (``--size`` bytes in all). The
 client process fetches it with tensorhub (manifest, a window of chunk requests, every chunk
-received straight into preallocated destination tensors and verified with xxh3-128), and,
+received straight into preallocated destination tensors and verified against its BLAKE3
+digest), and,
 interleaved run by run, receives the same tensor bytes over a blocking socket
 (``sendall`` of 1 MiB slices → ``recv_into`` the destination tensors), the baseline. The
 figure of merit is the ratio of medians; both are measured on the same machine minutes

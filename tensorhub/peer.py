@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .core.digest import digest_parts
@@ -44,6 +46,13 @@ datacenter, other nodes of ours are fetching this version, whether a node is ali
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
+
+VERIFY_OFF_LOOP = 1 << 20
+"""Chunks at least this large are hashed on a worker thread (BLAKE3 releases the GIL), so
+the event loop goes on receiving the next chunks meanwhile; smaller ones are hashed inline,
+where a thread hop would cost more than the hash."""
+
+_verifiers = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), "tensorhub-verify")
 
 
 @dataclass
@@ -145,18 +154,17 @@ class PeerHandler:
         if req is None or req.fut.done() or req.abandoned:
             return
         if isinstance(msg, ChunkData):
-            got = digest_parts(parts)
-            assert req.replica is not None
-            want = req.replica.manifest.digests[req.chunk]
-            if got != want:
-                req.fut.set_exception(
-                    ChecksumMismatch(
-                        f"chunk {req.chunk} of {req.replica.model} v{req.replica.version} from "
-                        f"{conn.peer}: digest {got.hex()} != manifest {want.hex()}"
+            if sum(len(p) for p in parts) < VERIFY_OFF_LOOP:
+                self._verified(conn.peer, req, digest_parts(parts))
+            else:
+                hashing = asyncio.get_running_loop().run_in_executor(
+                    _verifiers, digest_parts, parts
+                )
+                hashing.add_done_callback(
+                    lambda f: self._verified(
+                        conn.peer, req, None if f.cancelled() or f.exception() else f.result()
                     )
                 )
-            else:
-                req.fut.set_result(None)
             return
         try:
             manifest = Manifest.decode(bytes(parts[0]) if parts else b"", req.expected_root)
@@ -166,6 +174,24 @@ class PeerHandler:
             req.fut.set_exception(e)
         else:
             req.fut.set_result(manifest)
+
+    @staticmethod
+    def _verified(peer: str | None, req: _Request, got: bytes | None) -> None:
+        """A chunk's payload was hashed: the request succeeds only if it matches the
+        committed digest (its payload carried no MAC, so this is its only check)."""
+        if req.fut.done():  # cancelled (abandoned) while it was being hashed
+            return
+        assert req.replica is not None
+        want = req.replica.manifest.digests[req.chunk]
+        if got != want:
+            req.fut.set_exception(
+                ChecksumMismatch(
+                    f"chunk {req.chunk} of {req.replica.model} v{req.replica.version} from "
+                    f"{peer}: digest {got.hex() if got else '?'} != manifest {want.hex()}"
+                )
+            )
+        else:
+            req.fut.set_result(None)
 
     def on_close(self, conn: Connection, exc: BaseException | None) -> None:
         self.closed_error = exc

@@ -1,6 +1,8 @@
 """An outsider without the secret, in its own process: it listens where a victim dials (a
 crashed voter's port, say), relays the victim's handshake to a live node, and once it has
 seen Welcome go by it injects a request of its own into the authenticated connection.
+With ``--flip`` it injects nothing and instead flips one bit in the payload of every chunk
+reply it relays (chunk payloads carry no MAC: the committed digests must catch this).
 
 Prints one JSON line when it is done: whether the handshake got through, whether the live
 node answered the injected request with a manifest, and how the upstream connection ended.
@@ -20,21 +22,22 @@ from tensorhub.core.messages import GetManifest, Welcome
 from tensorhub.core.wire import FLAG_MAC, PREFIX, decode_header, encode_header
 
 
-def _frames(buf: bytearray) -> list[object]:
-    """Decode what complete frame headers ``buf`` holds (the relay can read: no encryption)."""
-    out: list[object] = []
+def _frames(buf: bytearray) -> list[tuple[object, int]]:
+    """Decode the frame headers ``buf`` holds whole (the relay can read: no encryption),
+    each with the offset of its payload in ``buf``."""
+    out: list[tuple[object, int]] = []
     i = 0
     while len(buf) - i >= PREFIX.size:
         _m, _p, flags, hlen, plen = PREFIX.unpack_from(buf, i)
         tags = TAGS_SIZE if flags & FLAG_MAC else 0
-        end = i + PREFIX.size + hlen + tags + plen
-        if end > len(buf):
+        body = i + PREFIX.size + hlen + tags
+        if body > len(buf):
             break
         try:
-            out.append(decode_header(bytes(buf[i + PREFIX.size : i + PREFIX.size + hlen])))
+            out.append((decode_header(bytes(buf[i + PREFIX.size : i + PREFIX.size + hlen])), body))
         except Exception:
-            out.append(None)
-        i = end
+            out.append((None, body))
+        i = body + plen
     return out
 
 
@@ -42,6 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--flip", action="store_true", help="alter chunk payloads, inject nothing")
     args = ap.parse_args()
     host, port = args.upstream.rsplit(":", 1)
     lsock = socket.socket()
@@ -52,23 +56,40 @@ def main() -> None:
     victim, _ = lsock.accept()
     up = socket.create_connection((host, int(port)))
     seen = bytearray()
-    state = {"welcome": False, "manifest": False, "upstream_closed": "open"}
+    state: dict[str, object] = {
+        "welcome": False,
+        "manifest": False,
+        "upstream_closed": "open",
+        "flipped": 0,
+    }
+    flipped: set[int] = set()
     lock = threading.Lock()
 
     def pump(src: socket.socket, dst: socket.socket, watch: bool) -> None:
         try:
-            while data := src.recv(1 << 16):
-                dst.sendall(data)
+            while data := bytearray(src.recv(1 << 16)):
                 if watch:
                     with lock:
+                        start = len(seen)
                         seen.extend(data)
-                        for f in _frames(seen):
+                        for f, body in _frames(seen):
                             if isinstance(f, Welcome) and not state["welcome"]:
                                 state["welcome"] = True
-                                # The attack: speak on the victim's authenticated connection.
-                                up.sendall(_forged())
+                                if not args.flip:
+                                    # The attack: speak on the victim's authenticated connection.
+                                    up.sendall(_forged())
                             if type(f).__name__ == "ManifestData":
                                 state["manifest"] = True
+                            if (
+                                args.flip
+                                and type(f).__name__ == "ChunkData"
+                                and start <= body < len(seen)
+                                and body not in flipped
+                            ):
+                                flipped.add(body)
+                                data[body - start] ^= 1
+                                state["flipped"] = len(flipped)
+                dst.sendall(data)
         except OSError:
             pass
         finally:

@@ -20,9 +20,22 @@ from typing import Any
 import pytest
 
 from tensorhub.core.auth import TAG_SIZE, FrameOpener, FrameSealer
-from tensorhub.core.errors import AuthenticationError, ProtocolError, TransferError
-from tensorhub.core.messages import ChunkData, GetChunk, GetManifest
-from tensorhub.core.wire import PREFIX, Frame, FrameReader, Limits, Payload, encode_header
+from tensorhub.core.errors import (
+    AuthenticationError,
+    ChecksumMismatch,
+    ProtocolError,
+    TransferError,
+)
+from tensorhub.core.messages import ChunkData, GetChunk, GetManifest, ManifestData
+from tensorhub.core.wire import (
+    FLAG_DIGESTED,
+    PREFIX,
+    Frame,
+    FrameReader,
+    Limits,
+    Payload,
+    encode_header,
+)
 from tensorhub.io import tcp
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 from tensorhub.node import Node
@@ -111,6 +124,34 @@ async def test_relay_cannot_speak_on_a_relayed_connection(
     assert report["manifest"] is False and report["upstream_closed"] == "closed", report
 
 
+async def test_chunk_bytes_altered_in_transit_are_refused_by_digest(
+    server: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An on-path outsider flips a bit in every chunk payload it relays (chunk frames carry
+    no payload MAC): each chunk fails its committed BLAKE3 digest, the fetch fails naming
+    the digest, and the bytes are never reported as verified."""
+    p, line = _start(
+        ["tests.relay_proc", "--upstream", server["address"], "--seconds", "6", "--flip"]
+    )
+    try:
+        addr = line.split()[1]
+        monkeypatch.setattr(tcp, "_endpoint", lambda _t, _which: "")
+        victim = await Node.start("victim", secret=SECRET)
+        try:
+            peer = await victim.peer(addr)
+            root = bytes.fromhex(server["roots"][1])
+            manifest = await peer.get_manifest("big", 1, root)
+            into = empty_like_manifest(manifest)
+            with pytest.raises(ChecksumMismatch, match="digest"):
+                await victim.fetch(addr, "big", 1, into, expected_root=root, hold=False)
+        finally:
+            await victim.close()
+        report = await asyncio.to_thread(_relay_report, p)
+        assert report["welcome"] is True and report["flipped"] >= 1, report
+    finally:
+        _stop(p)
+
+
 # --- 1: frames after the handshake (pure) -----------------------------------------------------
 
 
@@ -149,13 +190,33 @@ def test_sealed_frames_round_trip_with_payloads() -> None:
 def test_an_altered_frame_kills_the_reader(where: str) -> None:
     sealer, reader = _sealed_pair()
     data = os.urandom(1000)
-    wire = bytearray(encode_header(ChunkData(1, 0), len(data), sealer, [data]) + data)
+    wire = bytearray(encode_header(ManifestData(1, b"r"), len(data), sealer, [data]) + data)
     at = {"header": PREFIX.size + 2, "tag": len(wire) - len(data) - TAG_SIZE, "payload": -1}
     wire[at[where]] ^= 1
     with pytest.raises((AuthenticationError, ProtocolError)):
         _feed(reader, bytes(wire))
     with pytest.raises(ProtocolError, match="closed"):
         reader.next_event()
+
+
+def test_a_chunk_payload_carries_no_tag_and_the_flag_is_authenticated() -> None:
+    """Chunk payloads are vouched for by the committed digests, not the frame MAC: an
+    altered chunk payload passes the reader (the fetcher's digest check refuses it), but
+    the flag that says so sits under the header tag: setting it on another message, or
+    clearing it on a chunk, fails authentication."""
+    sealer, reader = _sealed_pair()
+    data = bytearray(os.urandom(1000))
+    wire = bytearray(encode_header(ChunkData(1, 0), len(data), sealer, [data]) + data)
+    assert wire[3] & FLAG_DIGESTED
+    wire[-1] ^= 1
+    evs = _feed(reader, bytes(wire))
+    assert isinstance(evs[-1], Payload) and bytes(evs[-1].parts[0]) != bytes(data)
+    for msg in (ManifestData(1, b"r"), ChunkData(1, 0)):
+        sealer, reader = _sealed_pair()
+        wire = bytearray(encode_header(msg, len(data), sealer, [data]) + data)
+        wire[3] ^= FLAG_DIGESTED
+        with pytest.raises(AuthenticationError):
+            _feed(reader, bytes(wire))
 
 
 def test_replayed_reordered_and_unsealed_frames_are_refused() -> None:

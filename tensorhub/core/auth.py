@@ -20,15 +20,16 @@ stop that:
   per-direction keys derived from the secret, both nonces, both names and that address, and
   an implicit sequence number per direction: a frame cannot be forged, altered, replayed,
   reordered, dropped from the middle or moved to another connection without the receiver
-  dropping the connection. Headers get HMAC-SHA256 (truncated to 128 bits); payloads get
-  Poly1305 under a one-time key per frame: the fastest secure MAC measured on our CPU
-  (≈ 6 GB/s against SHA-256's ≈ 2). It is still a pass over every byte: on loopback,
-  where the copy itself is the bottleneck, authenticated transfers run at ~0.6x the raw
-  socket (docs/results.md).
+  dropping the connection. Headers get HMAC-SHA256 (truncated to 128 bits). Control
+  payloads get Poly1305 under a one-time key per frame (≈ 6 GB/s against SHA-256's ≈ 2).
+  Chunk payloads get no tag (``has_payload=False``; the wire flag ``FLAG_DIGESTED``, under
+  the header tag, says so): the fetcher checks each chunk against the committed BLAKE3
+  digest anyway, which an adversary cannot match either, so a MAC would be a second pass
+  over every byte for nothing (docs/results.md measures both).
 
 What it does not do: encrypt. Anyone on the path can read manifests and weights. A peer
-that holds the secret is trusted (it can publish versions). Run on a network where reading
-weights is acceptable, or inside a tunnel (WireGuard, IPsec) when it is not.
+that holds the secret is trusted to publish (it can commit versions of its own). Run on a
+network where reading weights is acceptable, or inside a tunnel (WireGuard, IPsec) when it is not.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ class Message(msgspec.Struct, frozen=True, tag_field="t", forbid_unknown_fields=
     """Base of all wire messages."""
 
     HAS_PAYLOAD = False  # class attribute, not a field: True for types followed by raw bytes
+    DIGESTED = False
+    """True where the receiver checks the payload against a committed BLAKE3 digest itself,
+    so the frame carries no payload tag (see :mod:`tensorhub.core.wire`)."""
 
 
 _REGISTRY: list[type[Message]] = []
@@ -115,9 +118,11 @@ class GetChunk(Message, frozen=True, tag="get_chunk"):
 
 @register
 class ChunkData(Message, frozen=True, tag="chunk"):
-    """Reply to GetChunk; the payload is the chunk's bytes."""
+    """Reply to GetChunk; the payload is the chunk's bytes, which the fetcher checks against
+    the committed manifest's digest before it uses them (hence ``DIGESTED``)."""
 
     HAS_PAYLOAD = True
+    DIGESTED = True
     req: int
     chunk: int
 

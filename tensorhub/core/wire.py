@@ -7,6 +7,10 @@ A frame is a 16-byte prefix, a msgpack header and an optional raw payload::
 After the handshake every frame is authenticated (flag ``FLAG_MAC``): 32 tag bytes follow
 the header (see :mod:`tensorhub.core.auth`); the reader checks the header's tag before it
 hands the frame on, and the payload's as its bytes land, before it reports the payload.
+A chunk's payload is the exception (flag ``FLAG_DIGESTED``, set only for message types that
+declare ``DIGESTED``): its bytes are vouched for by the committed manifest's BLAKE3 chunk
+digest, which the fetcher checks anyway, so a second pass over every byte would buy nothing
+(see :mod:`tensorhub.core.digest`). The flag sits in the prefix, under the header's tag.
 
 :class:`FrameReader` is a pure state machine in the style of h11: the transport asks it
 where to put the next bytes (:meth:`FrameReader.get_buffer`), tells it how many arrived
@@ -35,8 +39,9 @@ from .errors import AuthenticationError, ProtocolError
 from .messages import Message, Packed, registered
 
 MAGIC = b"TH"
-PROTO_VERSION = 2
+PROTO_VERSION = 3
 FLAG_MAC = 0x01
+FLAG_DIGESTED = 0x02
 PREFIX = struct.Struct("!2sBBIQ")
 KiB = 1 << 10
 MiB = 1 << 20
@@ -87,7 +92,7 @@ def encode_header(
     ``payload``); the payload (if any) is written after it as is."""
     if payload_len and not msg.HAS_PAYLOAD:
         raise ProtocolError(f"{type(msg).__name__} carries no payload")
-    return _head(_encoder.encode(msg), payload_len, sealer, payload)
+    return _head(_encoder.encode(msg), payload_len, sealer, payload, msg.DIGESTED)
 
 
 def encode_frame(
@@ -101,16 +106,21 @@ def encode_frame(
     header = _encoder.encode(msg)
     if len(header) > PACK_OVER and not msg.HAS_PAYLOAD:
         payload, n, header = [header], len(header), _encoder.encode(Packed())
-    return _head(header, n, sealer, payload), payload
+    return _head(header, n, sealer, payload, msg.DIGESTED), payload
 
 
 def _head(
-    header: bytes, payload_len: int, sealer: FrameSealer | None, payload: Sequence[Buffer]
+    header: bytes,
+    payload_len: int,
+    sealer: FrameSealer | None,
+    payload: Sequence[Buffer],
+    digested: bool,
 ) -> bytes:
     if sealer is None:
         return PREFIX.pack(MAGIC, PROTO_VERSION, 0, len(header), payload_len) + header
-    head = PREFIX.pack(MAGIC, PROTO_VERSION, FLAG_MAC, len(header), payload_len) + header
-    return head + sealer.seal(head, payload, payload_len > 0)
+    flags = FLAG_MAC | (FLAG_DIGESTED if digested else 0)
+    head = PREFIX.pack(MAGIC, PROTO_VERSION, flags, len(header), payload_len) + header
+    return head + sealer.seal(head, payload, payload_len > 0 and not digested)
 
 
 def unpack(data: Buffer) -> Message:
@@ -297,12 +307,14 @@ class FrameReader:
             raise ProtocolError(f"bad magic {bytes(magic)!r}: not a tensorhub peer")
         if proto != PROTO_VERSION:
             raise ProtocolError(f"peer speaks protocol {proto}, this node speaks {PROTO_VERSION}")
-        want_flags = 0 if self.opener is None else FLAG_MAC
-        if flags != want_flags:
+        if self.opener is None and flags != 0:
+            raise ProtocolError(f"frame flags {flags:#x} before the handshake, want 0")
+        if self.opener is not None and flags & ~FLAG_DIGESTED != FLAG_MAC:
             raise ProtocolError(
-                f"frame flags {flags:#x}, want {want_flags:#x}"
-                + (" (an unauthenticated frame after the handshake)" if self.opener else "")
+                f"frame flags {flags:#x}, want {FLAG_MAC:#x} (an unauthenticated frame after "
+                "the handshake)"
             )
+        digested = bool(flags & FLAG_DIGESTED)
         if not 0 < hlen <= self._limits.max_header:
             raise ProtocolError(f"header of {hlen} bytes outside (0, {self._limits.max_header}]")
         if plen > self._limits.max_payload:
@@ -315,11 +327,16 @@ class FrameReader:
             # Authenticate before decoding: nothing an outsider sends reaches msgpack.
             t0 = h0 + hlen
             self.opener.open_header(
-                self._view[self._start : t0], self._view[t0 : t0 + tags], plen > 0
+                self._view[self._start : t0], self._view[t0 : t0 + tags], plen > 0 and not digested
             )
         msg = decode_header(self._view[h0 : h0 + hlen])
         if plen and not msg.HAS_PAYLOAD:
             raise ProtocolError(f"{type(msg).__name__} frame with an unexpected payload")
+        if self.opener is not None and digested != msg.DIGESTED:
+            raise ProtocolError(
+                f"{type(msg).__name__} frame {'with' if digested else 'without'} the digested "
+                "flag: only chunk payloads skip the payload tag, and they always do"
+            )
         self._start = h0 + hlen + tags
         self.frames += 1
         if plen == 0 and not msg.HAS_PAYLOAD:

@@ -179,6 +179,6 @@ def main(versions: int = 3, steps: int = 20) -> int:
     console.print(table)
     console.print(
         "Each version was served from the trainer's own memory (no store), fetched into "
-        "preallocated rollout tensors, verified chunk by chunk (xxh3-128) and per tensor."
+        "preallocated rollout tensors, verified chunk by chunk (BLAKE3-128) and per tensor."
     )
     return 1 if failures or trainer.exitcode or rollout.exitcode else 0

@@ -1,6 +1,6 @@
 """Accelerator tensors on a host-memory wire: pinned staging, copies overlapped with transfer.
 
-Every transport carries host memory, and every chunk is verified (xxh3-128) and served to
+Every transport carries host memory, and every chunk is verified (BLAKE3-128) and served to
 other peers from host memory, so a CUDA tensor is never a chunk's direct source or sink:
 
 * **publishing** CUDA tensors takes a pinned host snapshot of them at publish time (one
