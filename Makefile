@@ -4,35 +4,44 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-TORCH_PIN ?= torch==2.13.0
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+PIP := $(BIN)/pip install --disable-pip-version-check --progress-bar on
 
 .PHONY: demo test lint types bench venv clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)"
-	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)" -e '.[dev,ucx]'
-	touch $(STAMP)
+# `make demo` needs only the runtime: torch (CPU) and tensorhub's own dependencies.
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "make: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make: installing $(TORCH_PIN) and tensorhub's runtime dependencies into $(VENV)"
+	@$(PIP) "$(TORCH_PIN)" -e .
+	@$(BIN)/python -c "import tensorhub" && touch $(RUN_STAMP)
 
-venv: $(STAMP)
+# `make test` adds the test, lint and type tools, and UCX's bindings (its tests run on loopback).
+$(DEV_STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "make: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make: installing $(TORCH_PIN), tensorhub and its dev and UCX extras into $(VENV)"
+	@$(PIP) "$(TORCH_PIN)" -e '.[dev,ucx]'
+	@$(BIN)/python -c "import tensorhub, pytest" && touch $(DEV_STAMP) $(RUN_STAMP)
 
-demo: $(STAMP)
+venv: $(DEV_STAMP)
+
+demo: $(RUN_STAMP)
 	$(BIN)/tensorhub demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	timeout -k 30 1200 $(BIN)/python -m pytest
 	$(BIN)/ruff check tensorhub sim tests bench
 	$(BIN)/ruff format --check tensorhub sim tests bench
 	$(BIN)/mypy
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check tensorhub sim tests bench
 
-types: $(STAMP)
+types: $(DEV_STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python bench/p2p.py --size 1GiB --json out/p2p.json
 
 clean:

@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from .core.errors import (
     AuthenticationError,
     ChecksumMismatch,
+    DeadlineExceeded,
     ManifestError,
     NoQuorum,
     ProtocolError,
@@ -31,6 +32,7 @@ __all__ = [
     "SyncHub",
     "UnknownVersion",
     "ChecksumMismatch",
+    "DeadlineExceeded",
     "Manifest",
     "ManifestError",
     "Node",

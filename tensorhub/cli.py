@@ -1,16 +1,74 @@
-"""The ``tensorhub`` command."""
+"""The ``tensorhub`` command.
+
+A user's mistake (a bad flag, a missing secret, a port in use, an invalid topology) ends
+with one line on stderr and exit status 2, never a traceback: the line is the whole story.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from . import __version__
 
+DESCRIPTION = """\
+tensorhub moves LLM weights from trainers to rollout workers peer to peer.
+
+  tensorhub demo                 a local 2-datacenter cluster moving real weights
+  tensorhub launch TOPOLOGY      the same for your own topology (YAML)
+  tensorhub voter ...            one Raft voter of the version registry
+  tensorhub gossip-node ...      a node that only gossips
+  tensorhub status URL           a running cluster, from any node's HTTP address
+  tensorhub ls URL               the versions it holds
+
+Every node of a cluster shares one secret: TENSORHUB_SECRET in the environment, or
+--secret-file (launch and demo make one up when neither is given).
+"""
+
+SECRET_HELP = "file holding the cluster secret (default: the TENSORHUB_SECRET variable)"
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in its environment: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, minus the usage dump: a mistake is one line naming the help to read."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def address(text: str) -> str:
+    """argparse type for ``host:port``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not host:port (e.g. 127.0.0.1:7000)")
+    return text
+
+
+def address_list(text: str) -> list[str]:
+    return [address(a) for a in text.split(",") if a]
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tensorhub", description=__doc__)
+    try:
+        return _main(argv)
+    except UsageError as e:
+        print(f"tensorhub: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = _Parser(
+        prog="tensorhub", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument("--version", action="version", version=f"tensorhub {__version__}")
     ap.add_argument("-v", "--verbose", action="store_true")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -26,20 +84,48 @@ def main(argv: list[str] | None = None) -> int:
     launch = sub.add_parser("launch", help="run a topology: trainer and rollouts as processes")
     launch.add_argument("topology", help="a topology YAML file (see tensorhub.launch.topology)")
     _run_options(launch)
-    voter = sub.add_parser("voter", help="run one Raft voter of the version registry")
-    voter.add_argument("--listen", required=True, help="host:port; also this voter's id")
-    voter.add_argument("--voters", required=True, help="comma-separated voter addresses")
+    voter = sub.add_parser(
+        "voter",
+        help="run one Raft voter of the version registry",
+        description="Run one Raft voter; prints READY <address> once it listens.",
+    )
+    voter.add_argument("--listen", required=True, type=address, help="host:port; its id")
+    voter.add_argument(
+        "--voters",
+        required=True,
+        type=address_list,
+        help="comma-separated addresses of all voters, this one included (1, 3, 5 or 7)",
+    )
     voter.add_argument("--data-dir", required=True)
     voter.add_argument("--name", default=None)
-    g = sub.add_parser("gossip-node", help="run a node that only gossips (operators, tests)")
-    g.add_argument("--listen", required=True)
+    voter.add_argument(
+        "--locality", default=None, help="dc/rack/host for gossip (default dc0/rack0/NAME)"
+    )
+    voter.add_argument("--secret-file", default=None, help=SECRET_HELP)
+    g = sub.add_parser(
+        "gossip-node",
+        help="run a node that only gossips (operators, tests)",
+        description="Gossip until killed; prints READY <address> <incarnation>.",
+    )
+    g.add_argument("--listen", required=True, type=address, help="host:port")
     g.add_argument("--name", required=True)
     g.add_argument("--locality", required=True, help="dc/rack/host")
-    g.add_argument("--seeds", default="", help="comma-separated addresses")
+    g.add_argument("--seeds", default=[], type=address_list, help="comma-separated addresses")
     g.add_argument("--data-dir", default=None)
     g.add_argument("--advertise", default="", help="model/version to advertise as held")
+    g.add_argument("--secret-file", default=None, help=SECRET_HELP)
+    for cmd, what in (
+        ("status", "the cluster as a node sees it: latest versions, spread, who is down"),
+        ("ls", "the versions held in the cluster and their copies"),
+    ):
+        p = sub.add_parser(cmd, help=what, description=what)
+        p.add_argument("url", help="any node's HTTP address (the launcher prints them)")
+        p.set_defaults(secret_file=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    if args.cmd in ("status", "ls"):
+        return run_inspect(args.cmd, args.url)
+    _load_secret(args.secret_file)
     if args.cmd == "demo" and args.two_process:
         from .demo.two_process import main as two_process_main
 
@@ -49,8 +135,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "gossip-node":
         return run_gossip_node(args)
     if args.cmd == "voter":
-        return run_voter(args.listen, args.voters.split(","), args.data_dir, args.name)
+        if len(args.voters) not in (1, 3, 5, 7):
+            raise UsageError(
+                f"--voters lists {len(args.voters)} voters; use 1, 3, 5 or 7 (an even count "
+                "tolerates no more failures than one fewer)"
+            )
+        if args.listen not in args.voters:
+            raise UsageError(f"--listen {args.listen} must be one of --voters")
+        return run_voter(args.listen, args.voters, args.data_dir, args.name, args.locality)
     return 2  # pragma: no cover - argparse enforces a command
+
+
+def run_inspect(cmd: str, url: str) -> int:
+    from rich.console import Console
+
+    from .inspect_cli import Unreachable, show_status, show_versions
+
+    try:
+        (show_status if cmd == "status" else show_versions)(url, Console())
+    except Unreachable as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
+def _load_secret(path: str | None) -> None:
+    """``--secret-file``: its contents (stripped) become this process's cluster secret, for
+    its own nodes and the processes it starts (through TENSORHUB_SECRET)."""
+    if path is None:
+        return
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as e:
+        raise UsageError(f"--secret-file: {e.strerror or e}: {path}") from None
+    if not secret:
+        raise UsageError(f"--secret-file: {path} is empty")
+    os.environ["TENSORHUB_SECRET"] = secret
+
+
+def _serve(start: Callable[[], object]) -> int:
+    """Run a node until killed; a mistake while it starts is one line and exit status 2."""
+    from .io.loop import run
+
+    try:
+        run(start())  # type: ignore[arg-type]
+    except OSError as e:  # e.g. the address is in use
+        raise UsageError(f"cannot listen: {e.strerror or e}") from None
+    except ValueError as e:  # e.g. no secret
+        raise UsageError(str(e)) from None
+    return 0
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -62,6 +194,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-wan", action="store_true", help="do not shape the WAN")
     p.add_argument("--no-http", action="store_true", help="no /status, /metrics, dashboard")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.add_argument("--secret-file", default=None, help=SECRET_HELP)
 
 
 def run_launch(args: argparse.Namespace) -> int:
@@ -98,11 +231,14 @@ def run_launch(args: argparse.Namespace) -> int:
     return 0 if res["ok"] else 1
 
 
-def run_voter(listen: str, voters: list[str], data_dir: str, name: str | None) -> int:
-    """Serve as a voter until killed; prints ``READY <address>`` once listening."""
+def run_voter(
+    listen: str, voters: list[str], data_dir: str, name: str | None, locality: str | None = None
+) -> int:
+    """Serve as a voter (and a gossip seed) until killed; prints ``READY <address>``."""
     import asyncio
 
-    from .io.loop import run
+    from .gossip_driver import GossipNode
+    from .hub import ROLE_KEY
     from .io.raft_storage import RaftStorage
     from .node import Node
     from .raft_driver import RaftNode
@@ -110,12 +246,21 @@ def run_voter(listen: str, voters: list[str], data_dir: str, name: str | None) -
     async def main() -> None:
         node = await Node.start(name or listen, listen=listen)
         raft = RaftNode(node, voters, RaftStorage.open(data_dir))
+        # Hubs name the voters as their seeds, so a voter must gossip too: without it a
+        # cluster whose seeds are all CLI voters never learns who holds what.
+        gossip = GossipNode(
+            node,
+            locality or f"dc0/rack0/{node.name}",
+            [v for v in voters if v != node.address],
+            data_dir=Path(data_dir) / "gossip",
+        )
+        gossip.core.set_local(ROLE_KEY, b"voter")
+        await gossip.start()
         await raft.start()
         print(f"READY {node.address}", flush=True)
         await asyncio.Event().wait()
 
-    run(main())
-    return 0
+    return _serve(main)
 
 
 def run_gossip_node(args: argparse.Namespace) -> int:
@@ -123,13 +268,11 @@ def run_gossip_node(args: argparse.Namespace) -> int:
     import asyncio
 
     from .gossip_driver import GossipNode
-    from .io.loop import run
     from .node import Node
 
     async def main() -> None:
         node = await Node.start(args.name, listen=args.listen)
-        seeds = [s for s in args.seeds.split(",") if s]
-        gossip = GossipNode(node, args.locality, seeds, data_dir=args.data_dir)
+        gossip = GossipNode(node, args.locality, args.seeds, data_dir=args.data_dir)
         await gossip.start()
         if args.advertise:
             model, version = args.advertise.rsplit("/", 1)
@@ -137,8 +280,7 @@ def run_gossip_node(args: argparse.Namespace) -> int:
         print(f"READY {node.address} {gossip.core.me.inc}", flush=True)
         await asyncio.Event().wait()
 
-    run(main())
-    return 0
+    return _serve(main)
 
 
 if __name__ == "__main__":

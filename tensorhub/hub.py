@@ -18,8 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +34,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from .core.errors import TensorHubError, TransferError
+from .core.errors import AuthenticationError, DeadlineExceeded, TensorHubError, TransferError
 from .core.gossip import Status
 from .core.gossip.holders import SAME_RACK, tier
+from .core.histogram import Histogram
 from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
+from .core.naming import display_name
 from .core.registry import PublishShard, Release, Retain
 from .fetch import FetchResult
 from .gossip_driver import GossipNode
@@ -39,13 +48,17 @@ from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
 from .node import Node
 from .raft_driver import RaftNode
-from .registry_client import RegistryClient
+from .registry_client import DEFAULT_DEADLINE, RegistryClient
 from .swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 
 T = TypeVar("T")
 ROLE_KEY = "role"
 UCX_KEY = "ucx"
 """Gossiped: where a node takes UCX connections (absent: TCP only)."""
+SECRET_PROBE_TIMEOUT = 1.5
+"""How long :meth:`Hub.start` waits for seeds to answer the secret probe: a seed that is
+down or slow is skipped (the cluster may be starting), so this bounds start's delay."""
+
 SUPER_SEED_AFTER = 1.0
 """Seconds a published chunk's requests are refused (redirected) before it is sent again
 (ten times that while gossip lists a node it went to as alive; at once if all died)."""
@@ -95,6 +108,15 @@ class Hub:
         self.registry = RegistryClient(node, self._voters)
         self._kept: set[tuple[str, int, int]] = set()  # CPU copies kept by unpublish
         self.fetches: deque[FetchResult] = deque(maxlen=64)  # recent, for status pages
+        self.fetch_seconds: dict[str, Histogram] = defaultdict(Histogram)
+        """Per model: how long successful fetches took, start to verified (for /metrics)."""
+        self.manifest_seconds: dict[str, Histogram] = defaultdict(Histogram)
+        """Per model: how long fetches waited for the manifest (the first holder's answer)."""
+        self.replicate_seconds: dict[str, Histogram] = defaultdict(Histogram)
+        """Per model: how long :meth:`wait_replicated` blocked the publisher (its stall)."""
+        self.committed: dict[str, int] = {}
+        """Per model: the newest version this node knows to be committed (published here,
+        fetched here, or read with :meth:`latest`)."""
         self.fetch_totals: Counter[str] = Counter()  # fetches, bytes, failed requests
         self._name_at: dict[str, str] = {}  # address -> member name, for routing
         self.ucx_across_dcs = False
@@ -141,6 +163,7 @@ class Hub:
             if node.ucx_address is not None:
                 gossip.core.set_local(UCX_KEY, node.ucx_address.encode())
                 node.ucx_route = hub._ucx_route
+            await _check_secret(node, seeds)
             await gossip.start()
             if raft is not None:
                 await raft.start()
@@ -238,6 +261,8 @@ class Hub:
         if not res.ok:
             await self._withdraw(dp, version)
             raise PublishRejected(f"{model} v{version} shard {shard}: {res.code}: {res.message}")
+        if res.committed:
+            self._saw_committed(model, version)
         if res.committed and self._kept:
             await self._drop_kept(model)
         return Published(manifest, res.committed)
@@ -256,7 +281,8 @@ class Hub:
         gossip reports them): then the publisher may unpublish and reuse its memory."""
         dp = _dp(model, shard)
         core = self.gossip.core
-        deadline = asyncio.get_running_loop().time() + timeout
+        start = asyncio.get_running_loop().time()
+        deadline = start + timeout
         # Gossip has no change events: poll the holder view (cheap, local).
         while (
             sum(
@@ -269,6 +295,7 @@ class Hub:
             if asyncio.get_running_loop().time() > deadline:
                 raise NoHolder(f"fewer than {copies} copies of {model} v{version} after {timeout}s")
             await asyncio.sleep(poll)
+        self.replicate_seconds[model].observe(asyncio.get_running_loop().time() - start)
 
     async def unpublish(
         self, model: str, version: int, *, shard: int = 0, keep_copy: bool = True
@@ -340,11 +367,18 @@ class Hub:
 
     # -- reading -------------------------------------------------------------------------------
 
-    async def latest(self, model: str) -> int:
-        """The newest committed version (linearizable; 0 if none)."""
-        return await self.registry.latest(model)
+    async def latest(self, model: str, *, timeout: float = DEFAULT_DEADLINE) -> int:
+        """The newest committed version (linearizable; 0 if none); :class:`NoQuorum` if the
+        registry cannot answer within ``timeout`` seconds."""
+        v = await self.registry.latest(model, timeout)
+        self._saw_committed(model, v)
+        return v
 
-    async def watch(self, model: str, poll: float = 0.2) -> AsyncIterator[int]:
+    def _saw_committed(self, model: str, version: int) -> None:
+        if version > self.committed.get(model, 0):
+            self.committed[model] = version
+
+    async def watch(self, model: str, poll: float = 0.2) -> AsyncGenerator[int, None]:
         """Committed versions of ``model`` as they appear (each newer than the last)."""
         last = 0
         while True:
@@ -457,7 +491,7 @@ class Hub:
                 except NoManifest:
                     pass  # every hint was stale: wait for gossip to tell us more
             if loop.time() > deadline:
-                raise NoHolder(f"no live node holds {dp} v{version}")
+                raise NoHolder(f"no live node holds {display_name(dp)} v{version}")
             await asyncio.sleep(0.05)
 
     async def fetch(
@@ -515,6 +549,9 @@ class Hub:
             self.fetch_totals["failed"] += 1
             raise
         self.fetches.append(res)
+        self.fetch_seconds[model].observe(res.seconds)
+        self.manifest_seconds[model].observe(res.manifest_seconds)
+        self._saw_committed(model, version)
         if self._kept:  # copies kept for versions this fetch may have superseded
             await self._drop_kept(model)
         self.fetch_totals["fetches"] += 1
@@ -569,8 +606,35 @@ class Hub:
         await self.node.close()
 
 
+async def _check_secret(node: Node, seeds: Sequence[str]) -> None:
+    """Fail fast on a wrong secret: dial the seeds (briefly, at once) and raise
+    :class:`AuthenticationError` if every one that answered refused our secret. Without this
+    a misconfigured node starts fine and its first registry call times out ~30 s later
+    blaming the quorum. Seeds that are down or slow are no evidence either way: skipped."""
+    others = [s for s in seeds if s != node.address]
+    if not others:
+        return
+    dials = [asyncio.ensure_future(node.peer(s)) for s in others]
+    done, pending = await asyncio.wait(dials, timeout=SECRET_PROBE_TIMEOUT)
+    for d in pending:
+        d.cancel()
+    answered = [d for d in done if not d.cancelled()]
+    refused = [e for d in answered if isinstance(e := d.exception(), AuthenticationError)]
+    reached = [d for d in answered if d.exception() is None]
+    if refused and not reached:
+        raise AuthenticationError(
+            f"{len(refused)} of {len(others)} seeds refused this node's secret: {refused[0]}"
+        )
+
+
 class SyncHub:
-    """A blocking facade for code that is not async: the Hub runs on its own thread."""
+    """A blocking facade for code that is not async (most RL frameworks' workers): the Hub
+    runs on its own thread and event loop, and each method blocks until its call is done.
+
+    Every method takes ``timeout`` (seconds; None waits as long as the Hub's own limits
+    allow). A call that runs past it is cancelled on the Hub's loop, and waited for, before
+    :class:`DeadlineExceeded` is raised: nothing is left running behind the caller's back.
+    Use it as a context manager, or call :meth:`close`."""
 
     def __init__(self, **start_kwargs: Any) -> None:
         from .io.loop import new_loop
@@ -580,40 +644,110 @@ class SyncHub:
             target=self._loop.run_forever, daemon=True, name="tensorhub"
         )
         self._thread.start()
-        self.hub: Hub = self._call(Hub.start(**start_kwargs))
+        try:
+            self.hub: Hub = self._call(Hub.start(**start_kwargs))
+        except BaseException:
+            self._stop_loop()
+            raise
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return fut.result(timeout)
+    def _call(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        async def bounded() -> T:
+            if timeout is None:
+                return await coro
+            try:
+                return await asyncio.wait_for(coro, timeout)
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(f"no answer within {timeout:g}s; cancelled") from None
+
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(bounded(), self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            # Interrupted (e.g. KeyboardInterrupt) while waiting: stop the call on the loop.
+            if not fut.done():
+                self._loop.call_soon_threadsafe(fut.cancel)
+            raise
+
+    def __enter__(self) -> SyncHub:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @property
     def address(self) -> str:
         return self.hub.address
 
     def publish(
-        self, model: str, version: int, tensors: Mapping[str, torch.Tensor], **kw: Any
+        self,
+        model: str,
+        version: int,
+        tensors: Mapping[str, torch.Tensor],
+        *,
+        timeout: float | None = None,
+        **kw: Any,
     ) -> Published:
-        return self._call(self.hub.publish(model, version, tensors, **kw))
+        return self._call(self.hub.publish(model, version, tensors, **kw), timeout)
 
-    def unpublish(self, model: str, version: int, **kw: Any) -> bool:
-        return self._call(self.hub.unpublish(model, version, **kw))
+    def wait_replicated(
+        self, model: str, version: int, *, copies: int = 1, shard: int = 0, timeout: float = 60.0
+    ) -> None:
+        self._call(
+            self.hub.wait_replicated(model, version, copies=copies, shard=shard, timeout=timeout)
+        )
 
-    def latest(self, model: str) -> int:
-        return self._call(self.hub.latest(model))
+    def unpublish(
+        self, model: str, version: int, *, timeout: float | None = None, **kw: Any
+    ) -> bool:
+        return self._call(self.hub.unpublish(model, version, **kw), timeout)
+
+    def latest(self, model: str, *, timeout: float = DEFAULT_DEADLINE) -> int:
+        return self._call(self.hub.latest(model, timeout=timeout))
+
+    def watch(
+        self, model: str, *, poll: float = 0.2, timeout: float | None = None
+    ) -> Iterator[int]:
+        """Committed versions of ``model`` as they appear; ``timeout`` bounds the wait for
+        each next one (:class:`DeadlineExceeded`). Closing the iterator stops the watch."""
+        agen = self.hub.watch(model, poll)
+        try:
+            while True:
+                yield self._call(agen.__anext__(), timeout)
+        finally:
+            if not self._loop.is_closed():  # else it went with the loop
+                self._call(agen.aclose())
+
+    def manifest(
+        self, model: str, version: int, *, shard: int = 0, timeout: float = 60.0
+    ) -> Manifest:
+        return self._call(self.hub.manifest(model, version, shard=shard, timeout=timeout))
 
     def fetch(
-        self, model: str, version: int, into: Mapping[str, torch.Tensor], **kw: Any
+        self,
+        model: str,
+        version: int,
+        into: Mapping[str, torch.Tensor],
+        *,
+        shard: int = 0,
+        timeout: float = 60.0,
     ) -> FetchResult:
-        return self._call(self.hub.fetch(model, version, into, **kw))
+        return self._call(self.hub.fetch(model, version, into, shard=shard, timeout=timeout))
 
-    def retain(self, model: str, version: int) -> None:
-        self._call(self.hub.retain(model, version))
+    def retain(self, model: str, version: int, *, timeout: float | None = None) -> None:
+        self._call(self.hub.retain(model, version), timeout)
 
-    def release(self, model: str, version: int) -> None:
-        self._call(self.hub.release(model, version))
+    def release(self, model: str, version: int, *, timeout: float | None = None) -> None:
+        self._call(self.hub.release(model, version), timeout)
 
     def close(self) -> None:
-        self._call(self.hub.close())
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self.hub.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()

@@ -35,7 +35,10 @@ def resolve_secret(secret: bytes | str | None) -> bytes:
     if secret is None:
         secret = os.environ.get("TENSORHUB_SECRET")
     if not secret:
-        raise ValueError("a cluster secret is required (argument or TENSORHUB_SECRET)")
+        raise ValueError(
+            "a cluster secret is required: set TENSORHUB_SECRET (or pass secret=, or "
+            "--secret-file on the command line)"
+        )
     return secret.encode() if isinstance(secret, str) else bytes(secret)
 
 

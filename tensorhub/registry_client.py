@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from .core.errors import NoQuorum, TensorHubError, TransferError
+from .core.errors import AuthenticationError, NoQuorum, TensorHubError, TransferError
 from .core.messages import Message, RegistryReply, RegistryRequest
 from .core.registry import ClientSession, Command, Result, encode_proposal
 from .node import Node
@@ -105,6 +105,7 @@ class RegistryClient:
                 last = "no voter known yet"
             self._preferred %= max(len(voters), 1)
             order = voters[self._preferred :] + voters[: self._preferred]
+            refused: list[AuthenticationError] = []
             for i, voter in enumerate(order):
                 left = end - loop.time()
                 if left <= 0:
@@ -113,6 +114,10 @@ class RegistryClient:
                     reply = await self._ask(
                         voter, op, model, data, value, min(ATTEMPT_TIMEOUT, left)
                     )
+                except AuthenticationError as e:
+                    refused.append(e)
+                    last = f"{voter}: {e}"
+                    continue
                 except (TensorHubError, OSError, asyncio.TimeoutError) as e:
                     last = f"{voter}: {e or type(e).__name__}"
                     continue
@@ -121,6 +126,9 @@ class RegistryClient:
                     continue
                 self._preferred = (self._preferred + i) % len(voters)
                 return reply
+            if order and len(refused) == len(order):
+                # Every voter answered and none shares our secret: waiting will not help.
+                raise refused[0]
             if loop.time() + backoff > end:
                 raise NoQuorum(f"registry unavailable for {deadline:g}s: {last}")
             await asyncio.sleep(backoff)

@@ -1,5 +1,7 @@
 """Per-node HTTP endpoints for operators: ``/status`` (JSON), ``/metrics`` (Prometheus
-text format) and ``/`` (a live dashboard of versions, holders and transfers).
+text format), ``/`` (a live dashboard of this node: versions, holders and transfers) and
+``/cluster`` (the whole cluster per datacenter, :mod:`tensorhub.cluster_view`; JSON at
+``/cluster.json``).
 
 Read-only and built from what the node already knows (its gossip view, its replicas, its
 Raft state), so any node answers for the whole cluster's versions and holders. Metrics are
@@ -9,17 +11,21 @@ process-global state, so several Hubs in one process do not collide).
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from .cluster_view import SpreadRate, summarize
+from .core.errors import TensorHubError
+from .core.histogram import Histogram
 from .hub import Hub
 
 
@@ -49,8 +55,12 @@ def status(hub: Hub) -> dict[str, Any]:
         "time": time.time(),
         "raft": hub.raft.status() if hub.raft is not None else None,
         "members": [
-            {"name": n, "locality": core.locality_of(n), "status": str(core.status(n))}
-            for n in sorted(core.alive())
+            {
+                "name": n,
+                "locality": core.locality_of(n),
+                "status": st.name.lower() if (st := core.status(n)) is not None else "unknown",
+            }
+            for n in sorted(core.members.names())
         ],
         "versions": versions,
         "replicas": [
@@ -115,6 +125,29 @@ class HubCollector(Collector):
         yield GaugeMetricFamily(
             "tensorhub_upload_waiting", "Uploads waiting for a slot", slots.waiting
         )
+        yield from _histograms(
+            "tensorhub_fetch_seconds",
+            "Successful fetches: seconds from the call to every chunk verified",
+            hub.fetch_seconds,
+        )
+        yield from _histograms(
+            "tensorhub_fetch_manifest_seconds",
+            "Seconds a fetch waited for the version's manifest",
+            hub.manifest_seconds,
+        )
+        yield from _histograms(
+            "tensorhub_publisher_stall_seconds",
+            "Seconds wait_replicated held the publisher until enough copies existed elsewhere",
+            hub.replicate_seconds,
+        )
+        latest = GaugeMetricFamily(
+            "tensorhub_latest_version",
+            "Newest version this node knows to be committed",
+            labels=["model"],
+        )
+        for model, v in sorted(hub.committed.items()):
+            latest.add_metric([model], v)
+        yield latest
         if hub.raft is not None:
             st = hub.raft.status()
             yield GaugeMetricFamily("tensorhub_raft_term", "Current Raft term", float(st["term"]))  # type: ignore[arg-type]
@@ -128,10 +161,49 @@ class HubCollector(Collector):
             )
 
 
+def _histograms(name: str, doc: str, per_model: Mapping[str, Histogram]) -> Iterator[Any]:
+    fam = HistogramMetricFamily(name, doc, labels=["model"])
+    for model, h in sorted(per_model.items()):
+        fam.add_metric([model], h.cumulative(), h.total)
+    yield fam
+
+
+async def cluster(hub: Hub, rate: SpreadRate) -> dict[str, Any]:
+    """:func:`~tensorhub.cluster_view.summarize` for ``hub``, with the registry's latest
+    version of every model it sees (asked at once, each within a second; a voter that does
+    not answer leaves the holders' newest version shown instead)."""
+    core = hub.gossip.core
+    models = {dp.rpartition("@")[0] or dp for dp, _v in core.holders.versions()}
+    models |= set(hub.committed)
+
+    async def ask(model: str) -> tuple[str, int | None]:
+        try:
+            return model, await hub.latest(model, timeout=1.0)
+        except TensorHubError:
+            return model, None
+
+    answers = await asyncio.gather(*(ask(m) for m in sorted(models)))
+    latest = {m: v for m, v in answers if v}
+    committed = {
+        dp: latest[m]
+        for dp, _v in core.holders.versions()
+        if (m := dp.rpartition("@")[0] or dp) in latest
+    }
+    committed.update({f"{m}@0": v for m, v in latest.items() if f"{m}@0" not in committed})
+    chunk_bytes = {
+        (r.model, r.version): r.manifest.total_bytes / max(1, r.manifest.num_chunks)
+        for r in hub.node.store
+    }
+    return summarize(core, committed, chunk_bytes, rate, time.time())
+
+
 def app(hub: Hub) -> web.Application:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HubCollector(hub))
-    page = resources.files("tensorhub").joinpath("dashboard.html").read_text()
+    files = resources.files("tensorhub")
+    page = files.joinpath("dashboard.html").read_text()
+    cluster_page = files.joinpath("cluster.html").read_text()
+    rate = SpreadRate()
 
     async def get_status(_req: web.Request) -> web.Response:
         return web.json_response(status(hub))
@@ -144,9 +216,17 @@ def app(hub: Hub) -> web.Application:
     async def get_dashboard(_req: web.Request) -> web.Response:
         return web.Response(text=page, content_type="text/html")
 
+    async def get_cluster_json(_req: web.Request) -> web.Response:
+        return web.json_response(await cluster(hub, rate))
+
+    async def get_cluster(_req: web.Request) -> web.Response:
+        return web.Response(text=cluster_page, content_type="text/html")
+
     a = web.Application()
     a.router.add_get("/status", get_status)
     a.router.add_get("/metrics", get_metrics)
+    a.router.add_get("/cluster.json", get_cluster_json)
+    a.router.add_get("/cluster", get_cluster)
     a.router.add_get("/", get_dashboard)
     return a
 

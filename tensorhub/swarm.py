@@ -37,6 +37,7 @@ from .core.errors import (
 )
 from .core.gossip.membership import Status
 from .core.manifest import Manifest
+from .core.naming import display_name
 from .core.swarm import ChunkPlanner, Failure, PlannerConfig, Request
 from .fetch import FetchResult
 from .io.tensors import TensorBytes, copy_chunk
@@ -47,6 +48,17 @@ from .store import Replica, UnknownVersion
 log = logging.getLogger(__name__)
 
 SWARM_CONFIG = PlannerConfig(endgame_copies=1)
+
+SLOW_FETCH_RATE = 100e6
+"""Bytes/s under which a finished fetch is logged as slow (with its causes): about a
+1 Gbit/s NIC's rate. A fixed time (1 s) warned on every fetch of a large model."""
+
+
+def slow_after(nbytes: int) -> float:
+    """Seconds after which a fetch of ``nbytes`` counts as slow (never under 1 s)."""
+    return max(1.0, nbytes / SLOW_FETCH_RATE)
+
+
 TICK = 0.01
 
 Locate = Callable[[str], tuple[str, int] | None]
@@ -81,7 +93,7 @@ async def fetch_manifest(
             return await peer.get_manifest(model, version, expected_root)
         except (TensorHubError, OSError) as e:
             errors.append(f"{h.addr}: {e}")
-    raise NoManifest(f"no holder gave the manifest of {model} v{version}: {errors}")
+    raise NoManifest(f"no holder gave the manifest of {display_name(model)} v{version}: {errors}")
 
 
 async def swarm_fetch(
@@ -313,14 +325,15 @@ async def swarm_fetch(
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
     t2 = time.perf_counter()
-    if t2 - t0 > 1.0:
+    if t2 - t0 > slow_after(replica.manifest.total_bytes):
         log.warning(
-            "%s: fetch of %s v%d took %.1fs (manifest %.1fs; failed requests: %s; "
-            "WAN requests %d; sources %s)",
+            "%s: fetch of %s v%d took %.1fs, slower than %.0f MB/s (manifest %.1fs; failed "
+            "requests: %s; WAN requests %d; sources %s)",
             node.name,
-            model,
+            display_name(model),
             version,
             t2 - t0,
+            SLOW_FETCH_RATE / 1e6,
             t1 - t0,
             dict(trouble) or "none",
             planner.wan_requests,
@@ -348,11 +361,15 @@ def _stuck(
     missing = planner.missing()
     holders = {n for n, s in planner.sources.items() if any(c in s.chunks for c in missing)}
     lead = f"{why}, " if why else ""
-    what = f"{model} v{version}: {lead}chunks {missing[:8]} (of {len(missing)} missing)"
+    what = (
+        f"{display_name(model)} v{version}: {lead}chunks {missing[:8]} (of {len(missing)} missing)"
+    )
     if holders and all(planner.sources[n].strikes for n in holders):
         return ChecksumMismatch(
-            f"{what}: every holder of them sent corrupt data "
-            f"({trouble['corrupt']} corrupt replies from {sorted(holders)[:4]})"
+            f"{what}: every holder of them sent bytes that do not match the published "
+            f"digests ({trouble['corrupt']} replies from {sorted(holders)[:4]}). The usual "
+            "cause: the publisher changed its tensors (an optimizer step) before "
+            "unpublish() returned, so the version it serves is no longer the one it published"
         )
     hint = ""
     if not holders and trouble["withdrawn"]:
@@ -381,15 +398,19 @@ def _copy_local(
     m = replica.manifest
     if expected_root is not None and m.root != expected_root:
         raise ManifestError(
-            f"{model} v{version} held here has root {m.root.hex()}, "
+            f"{display_name(model)} v{version} held here has root {m.root.hex()}, "
             f"not the expected {expected_root.hex()}"
         )
     if not replica.complete:
-        raise TransferError(f"a fetch of {model} v{version} is already in progress here")
+        raise TransferError(
+            f"a fetch of {display_name(model)} v{version} is already in progress here"
+        )
     dest = TensorBytes.for_destination(m, into)
     for i in range(m.num_chunks):
         if not copy_chunk(replica.data, dest, m, i):
-            raise ChecksumMismatch(f"chunk {i} of {model} v{version} changed in memory here")
+            raise ChecksumMismatch(
+                f"chunk {i} of {display_name(model)} v{version} changed in memory here"
+            )
     dest.finalize()
     dt = time.perf_counter() - t0
     return FetchResult(model, version, m, m.total_bytes, m.num_chunks, dt, 0.0)

@@ -149,9 +149,9 @@ class ClientHandshake:
         if not hmac.compare_digest(t.server_proof(self._secret), ch.mac):
             where = f" at {self._target}" if self._target else ""
             raise AuthenticationError(
-                f"server {ch.node!r}{where} failed to prove the cluster secret: its secret "
-                "differs from ours (check this node's TENSORHUB_SECRET), or something "
-                "between us relayed the handshake"
+                f"this node's cluster secret does not match the one {ch.node!r}{where} uses: "
+                "check the secret given to this node (TENSORHUB_SECRET, secret= or "
+                "--secret-file); if they match, something between us relays the handshake"
             )
         self.peer, self._transcript = ch.node, t
         return Auth(t.client_proof(self._secret))

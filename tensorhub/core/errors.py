@@ -30,6 +30,10 @@ class NoQuorum(TensorHubError):
     """The version registry could not commit or read in time (no leader, voters unreachable)."""
 
 
+class DeadlineExceeded(TensorHubError, TimeoutError):
+    """A call ran past the timeout its caller gave; the work it started was cancelled."""
+
+
 class TransferError(TensorHubError):
     """A transfer could not complete: the peer vanished, refused or timed out."""
 

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from ..io.files import write_json
 from ..io.tcp import local_addresses
+from .timeline import png_path, write_timeline
 from .topology import Topology
 from .workers import Plan, rollout_main, trainer_main
 
@@ -114,6 +115,7 @@ class _Run:
         if kind == "up":
             self.urls[who] = ev["url"]
             self.names[ev["address"]] = who
+            self._announce_up(who, ev["url"])
         elif kind == "leader":
             if self.leader is None or ev["term"] >= self.leader[0]:
                 self.leader = (ev["term"], who)
@@ -130,6 +132,15 @@ class _Run:
             self.generated[who] = ev["tokens"]
         elif kind == "final" and finals is not None:
             finals.add(who)
+
+    def _announce_up(self, who: str, url: str | None) -> None:
+        """Say where to look the moment a node serves: the cluster page once (any node's
+        shows the whole cluster), then each node's own dashboard."""
+        up = len(self.urls)
+        if url and not any(self.urls[n] for n in self.urls if n != who):
+            self.console.print(f"Cluster page: [bold]{url}/cluster[/] (every node serves it)")
+        where = f": dashboard {url}" if url else ""
+        self.console.print(f"  {who} is up ({up}/{len(self.t.nodes)}){where}")
 
     def _chaos_after(self, version: int) -> None:
         c, t = self.t.chaos, self.t
@@ -332,6 +343,11 @@ def summary(res: dict[str, Any], console: Console) -> None:
             f"{max((f['stall_s'] for f in fs), default=0) * 1e3:.0f}",
         )
     console.print(vt)
+    console.print(
+        "[dim]stall: how long a process waited on weights. The trainer's: from publish until "
+        "it may train on (enough copies exist elsewhere); a rollout's: from the version's "
+        "commit until it holds the version, verified.[/]"
+    )
     dt = Table(title="per datacenter (rollouts)")
     for col in (
         "dc",
@@ -364,8 +380,9 @@ def summary(res: dict[str, Any], console: Console) -> None:
         f"Failures: {f['killed']} killed by chaos, {f['crashed']} crashed, "
         f"{f['failed_fetches']} fetches failed (version unavailable), "
         f"{f['failed_requests_retried']} chunk requests failed (holder lost, corrupt, timed "
-        f"out) and were retried elsewhere, {f['deferred_requests']} were deferred by flow "
-        "control (redirected by the publisher, not verified there yet, busy, withdrawn), "
+        f"out) and were retried elsewhere, {f['deferred_requests']} were asked again "
+        "elsewhere or later (the publisher pointed to a node that already had the chunk, or "
+        "the holder was busy or had not verified it yet), "
         f"[bold]{f['wrong_weights']} rollouts on wrong weights[/] (every fetch is checked "
         "against the trainer's digests)."
     )
@@ -397,6 +414,7 @@ def launch(
     )
     run = _Run(t, console, progress)
     with tempfile.TemporaryDirectory(prefix="tensorhub-launch-") as data:
+        console.print(f"Starting {len(t.nodes)} processes (each imports torch: ~10-30 s)…")
         run.start(data)
         try:
             run.loop()
@@ -406,9 +424,15 @@ def launch(
     if t.http:
         urls = [u for u in res["dashboards"].values() if u]
         if urls:
-            console.print(f"Dashboards were at {urls[0]} (one per node; gone with the run).")
+            console.print(
+                f"The cluster page and dashboards (e.g. {urls[0]}/cluster) went with the run."
+            )
     summary(res, console)
     if json_path is not None:
         write_json(json_path, res)
-        console.print(f"Results: {json_path}")
+        png = write_timeline(res, png_path(json_path))
+        console.print(
+            f"Results: {json_path}"
+            + (f", timeline {png}" if png else " (for a PNG timeline: pip install matplotlib)")
+        )
     return res

@@ -21,15 +21,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import yaml
 
 from ..demo.model import TinyLMConfig
 
 
 class TopologyError(ValueError):
-    """The topology is invalid; the message names the key."""
+    """The topology is invalid. ``key`` is the path of the offending key ("run.versions",
+    "nodes[2].voter"); :func:`load` prefixes the file and line it is on."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -122,109 +128,209 @@ def parse_bandwidth(text: str | float, where: str) -> float:
     """'2Gbit', '1.5Gbit/s', '100MB/s', '125MB' or a number of bytes/s → bytes per second."""
     if isinstance(text, int | float):
         return float(text)
-    assert isinstance(text, str)
     m = _RATE.match(str(text))
     if not m:
-        raise TopologyError(f"{where}: cannot parse bandwidth {text!r} (try 2Gbit or 200MB/s)")
+        raise TopologyError(f"cannot parse bandwidth {text!r} (try 2Gbit or 200MB/s)", where)
     value = float(m.group(1)) * 1000.0 ** " kmgt".index(m.group(2).lower() or " ")
     unit = (m.group(3) or "b").lower()
-    return value / 8 if unit.startswith("bit") or unit == "bps" else value
+    rate = value / 8 if unit.startswith("bit") or unit == "bps" else value
+    if rate <= 0:
+        raise TopologyError(f"bandwidth {text!r} must be positive", where)
+    return rate
 
 
-def _check_keys(d: Any, allowed: set[str], where: str) -> dict[str, Any]:
-    if not isinstance(d, dict):
-        raise TopologyError(f"{where}: expected a mapping, got {type(d).__name__}")
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        raise TopologyError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    return d
+class _Doc(msgspec.Struct, forbid_unknown_fields=True):
+    """The YAML document's schema: strict types (``voter: "false"`` is refused, not made
+    truthy), ranges, no unknown keys. msgspec (already a dependency, for the wire) checks it
+    and names the path of the first mistake."""
+
+
+Positive = Annotated[int, msgspec.Meta(gt=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class _ModelDoc(_Doc):
+    dim: Positive = 256
+    layers: Positive = 4
+    vocab: Positive = 2048
+    heads: Positive = 4
+    context: Positive = 64
+
+
+class _RunDoc(_Doc):
+    versions: Positive = 3
+    train_steps: Positive = 4
+    chunk_mb: PositiveFloat = 1.0
+    timeout_s: PositiveFloat = 300.0
+    copies_before_reuse: Positive | None = None
+
+
+class _NodeDoc(_Doc):
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    at: Annotated[str, msgspec.Meta(pattern=r"^[^/\s]+/[^/\s]+$")]
+    role: Literal["trainer", "rollout"] = "rollout"
+    voter: bool = False
+
+
+class _WanDoc(_Doc):
+    between: Annotated[list[str], msgspec.Meta(min_length=2, max_length=2)]
+    bandwidth: str | PositiveFloat = "10Gbit"
+    rtt_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+
+
+class _ChaosDoc(_Doc):
+    kill_rollouts: Annotated[int, msgspec.Meta(ge=0)] = 0
+    kill_leader: bool = False
+    seed: int = 0
+
+
+class _TopologyDoc(_Doc):
+    nodes: list[_NodeDoc]
+    model: _ModelDoc = msgspec.field(default_factory=_ModelDoc)
+    run: _RunDoc = msgspec.field(default_factory=_RunDoc)
+    wan: list[_WanDoc] = msgspec.field(default_factory=list)
+    chaos: _ChaosDoc = msgspec.field(default_factory=_ChaosDoc)
+    http: bool = True
+
+
+_AT = re.compile(r"^(.*?) - at `\$(.*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
+
+
+def _schema_error(e: msgspec.ValidationError) -> TopologyError:
+    """msgspec's "Expected `int`, got `str` - at `$.run.versions`" as a keyed error."""
+    text = str(e)
+    m = _AT.match(text)
+    message, path = (m.group(1), m.group(2).lstrip(".")) if m else (text, "")
+    u = _UNKNOWN.match(message)
+    if u:
+        key = f"{path}.{u.group(1)}" if path else u.group(1)
+        return TopologyError("unknown key", key)
+    message = message.replace("`", "")
+    if "matching regex" in message:
+        message = _PATTERN_HINTS.get(path.rsplit(".", 1)[-1], message)
+    return TopologyError(message[:1].lower() + message[1:], path or "topology")
+
+
+_PATTERN_HINTS = {
+    "at": "must be dc/rack (e.g. dc1/rack1)",
+    "name": "must be letters, digits, '.', '_' or '-' (it names a process and a directory)",
+}
 
 
 def from_dict(data: Any) -> Topology:
-    d = _check_keys(data, {"model", "run", "nodes", "wan", "chaos", "http"}, "topology")
-    model = TinyLMConfig(
-        **_check_keys(d.get("model", {}), {"dim", "layers", "vocab", "heads", "context"}, "model")
-    )
-    run = _check_keys(
-        d.get("run", {}),
-        {"versions", "train_steps", "chunk_mb", "timeout_s", "copies_before_reuse"},
-        "run",
-    )
-    nodes = []
-    for i, raw in enumerate(d.get("nodes") or []):
-        n = _check_keys(raw, {"name", "at", "role", "voter"}, f"nodes[{i}]")
-        if "name" not in n or "at" not in n:
-            raise TopologyError(f"nodes[{i}]: needs a name and an 'at: dc/rack'")
-        at = str(n["at"])
-        if len(at.split("/")) != 2 or not all(at.split("/")):
-            raise TopologyError(f"nodes[{i}] ({n['name']}): 'at' must be dc/rack, got {at!r}")
-        role = n.get("role", "rollout")
-        if role not in ("trainer", "rollout"):
-            raise TopologyError(f"nodes[{i}] ({n['name']}): role must be trainer or rollout")
-        nodes.append(NodeSpec(str(n["name"]), at, role, bool(n.get("voter", False))))
-    wan = []
-    for i, raw in enumerate(d.get("wan") or []):
-        w = _check_keys(raw, {"between", "bandwidth", "rtt_ms"}, f"wan[{i}]")
-        pair = w.get("between")
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise TopologyError(f"wan[{i}]: 'between' must name two datacenters")
-        bw = parse_bandwidth(w.get("bandwidth", "10Gbit"), f"wan[{i}].bandwidth")
-        wan.append(WanLink(str(pair[0]), str(pair[1]), bw, float(w.get("rtt_ms", 0)) / 1e3))
-    chaos = Chaos(
-        **_check_keys(d.get("chaos", {}), {"kill_rollouts", "kill_leader", "seed"}, "chaos")
-    )
+    try:
+        doc = msgspec.convert(data, _TopologyDoc, strict=True)
+    except msgspec.ValidationError as e:
+        raise _schema_error(e) from None
+    m = doc.model
+    if m.dim % m.heads:
+        raise TopologyError(f"dim {m.dim} is not a multiple of heads {m.heads}", "model.dim")
+    wan = [
+        WanLink(
+            w.between[0],
+            w.between[1],
+            parse_bandwidth(w.bandwidth, f"wan[{i}].bandwidth"),
+            w.rtt_ms / 1e3,
+        )
+        for i, w in enumerate(doc.wan)
+    ]
     topo = Topology(
-        nodes=tuple(nodes),
-        model=model,
-        versions=int(run.get("versions", 3)),
-        train_steps=int(run.get("train_steps", 4)),
-        chunk_bytes=int(float(run.get("chunk_mb", 1)) * (1 << 20)),
+        nodes=tuple(NodeSpec(n.name, n.at, n.role, n.voter) for n in doc.nodes),
+        model=TinyLMConfig(m.vocab, m.dim, m.layers, m.heads, m.context),
+        versions=doc.run.versions,
+        train_steps=doc.run.train_steps,
+        chunk_bytes=max(1, int(doc.run.chunk_mb * (1 << 20))),
         wan=tuple(wan),
-        chaos=chaos,
-        http=bool(d.get("http", True)),
-        timeout=float(run.get("timeout_s", 300)),
-        copies=int(run["copies_before_reuse"]) if "copies_before_reuse" in run else None,
+        chaos=Chaos(doc.chaos.kill_rollouts, doc.chaos.kill_leader, doc.chaos.seed),
+        http=doc.http,
+        timeout=doc.run.timeout_s,
+        copies=doc.run.copies_before_reuse,
     )
     validate(topo)
     return topo
 
 
 def validate(t: Topology) -> None:
+    """The rules that span keys (the schema has checked each key on its own)."""
     names = [n.name for n in t.nodes]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise TopologyError(f"nodes: duplicate names {dup}")
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise TopologyError(f"duplicate node name {name!r}", f"nodes[{i}].name")
     if sum(n.role == "trainer" for n in t.nodes) != 1:
-        raise TopologyError("nodes: exactly one node must have role: trainer")
+        raise TopologyError("exactly one node must have role: trainer", "nodes")
     if not t.rollouts:
-        raise TopologyError("nodes: at least one rollout is needed")
+        raise TopologyError("at least one rollout is needed", "nodes")
     if len(t.voters) not in (1, 3, 5):
-        raise TopologyError(f"nodes: 1, 3 or 5 voters (voter: true), not {len(t.voters)}")
+        raise TopologyError(f"1, 3 or 5 voters (voter: true), not {len(t.voters)}", "nodes")
     dcs = set(t.datacenters)
     for i, link in enumerate(t.wan):
         for dc in (link.a, link.b):
             if dc not in dcs:
-                raise TopologyError(f"wan[{i}]: no node is in datacenter {dc!r}")
+                raise TopologyError(f"no node is in datacenter {dc!r}", f"wan[{i}].between")
         if link.a == link.b:
-            raise TopologyError(f"wan[{i}]: a link joins two different datacenters")
+            raise TopologyError("a link joins two different datacenters", f"wan[{i}].between")
         if link.bandwidth <= 0:
-            raise TopologyError(f"wan[{i}]: bandwidth must be positive")
+            raise TopologyError("bandwidth must be positive", f"wan[{i}].bandwidth")
     if t.versions < 1 or t.train_steps < 1:
-        raise TopologyError("run: versions and train_steps must be at least 1")
+        raise TopologyError("versions and train_steps must be at least 1", "run")
+    if t.timeout <= 0:
+        raise TopologyError("timeout_s must be positive", "run.timeout_s")
     if t.chaos.kill_rollouts >= len(t.rollouts):
-        raise TopologyError("chaos: kill_rollouts must leave at least one rollout alive")
+        raise TopologyError(
+            "kill_rollouts must leave at least one rollout alive", "chaos.kill_rollouts"
+        )
     if not 1 <= t.copies_before_reuse <= len(t.rollouts):
-        raise TopologyError("run: copies_before_reuse must be between 1 and the rollouts")
+        raise TopologyError(
+            "copies_before_reuse must be between 1 and the rollouts", "run.copies_before_reuse"
+        )
     if t.chaos.kill_leader and sum(n.voter and n.role == "rollout" for n in t.nodes) < 2:
-        raise TopologyError("chaos: kill_leader needs voters besides the trainer")
+        raise TopologyError("kill_leader needs voters besides the trainer", "chaos.kill_leader")
 
 
 def load(path: str | Path) -> Topology:
+    """Read and validate a topology file; every error names the file, the line and the key."""
+    return from_text(Path(path).read_text(), str(path))
+
+
+def from_text(text: str, filename: str = "<topology>") -> Topology:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise TopologyError(f"{path}: not valid YAML: {e}") from e
-    return from_dict(data)
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{filename}:{mark.line + 1}" if mark is not None else filename
+        problem = getattr(e, "problem", None) or str(e)
+        raise TopologyError(f"{where}: not valid YAML: {problem}") from None
+    try:
+        return from_dict(data if data is not None else {})
+    except TopologyError as e:
+        line = _line_of(root, e.key)
+        raise TopologyError(f"{filename}:{line}: {e}" if line else f"{filename}: {e}") from None
+
+
+_STEP = re.compile(r"\.?([^.\[\]]+)|\[(\d+)\]")
+
+
+def _line_of(root: yaml.Node | None, key: str) -> int | None:
+    """The 1-based line of ``key`` ("nodes[2].voter") in the composed document, or of its
+    nearest ancestor that exists."""
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for m in _STEP.finditer(key):
+        if isinstance(node, yaml.MappingNode) and m.group(1) is not None:
+            hit = next((kv for kv in node.value if kv[0].value == m.group(1)), None)
+            if hit is None:
+                break
+            line, node = hit[0].start_mark.line + 1, hit[1]
+        elif isinstance(node, yaml.SequenceNode) and m.group(2) is not None:
+            i = int(m.group(2))
+            if i >= len(node.value):
+                break
+            node = node.value[i]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 DEFAULT = """
@@ -246,4 +352,4 @@ http: true
 
 
 def default() -> Topology:
-    return from_dict(yaml.safe_load(DEFAULT))
+    return from_text(DEFAULT, "<default topology>")
