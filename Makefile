@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+TORCH_PIN ?= torch==2.13.0
 PIP := $(BIN)/pip install --disable-pip-version-check --progress-bar on
 
 .PHONY: demo test lint types bench venv clean
