@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.manifest import Manifest
 from .io.tensors import TensorBytes
 from .peer import PeerHandler
@@ -36,6 +37,8 @@ class FetchResult:
     """Requests that failed on the way, by reason (corrupt, holder lost, redirected…)."""
     sources: dict[str, int] = field(default_factory=dict)
     """Verified bytes received from each holder (by address)."""
+    chunk_seconds: Histogram = field(default_factory=lambda: Histogram(CHUNK_BUCKETS))
+    """How long each chunk that landed took, from its request to verified."""
 
     @property
     def gbps(self) -> float:

@@ -37,7 +37,7 @@ import torch
 from .core.errors import AuthenticationError, DeadlineExceeded, TensorHubError, TransferError
 from .core.gossip import Status
 from .core.gossip.holders import SAME_RACK, tier
-from .core.histogram import Histogram
+from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.naming import display_name
@@ -110,6 +110,8 @@ class Hub:
         self.fetches: deque[FetchResult] = deque(maxlen=64)  # recent, for status pages
         self.fetch_seconds: dict[str, Histogram] = defaultdict(Histogram)
         """Per model: how long successful fetches took, start to verified (for /metrics)."""
+        self.chunk_seconds: dict[str, Histogram] = defaultdict(lambda: Histogram(CHUNK_BUCKETS))
+        """Per model: chunk requests, issued to verified, over all fetches."""
         self.manifest_seconds: dict[str, Histogram] = defaultdict(Histogram)
         """Per model: how long fetches waited for the manifest (the first holder's answer)."""
         self.replicate_seconds: dict[str, Histogram] = defaultdict(Histogram)
@@ -551,6 +553,7 @@ class Hub:
         self.fetches.append(res)
         self.fetch_seconds[model].observe(res.seconds)
         self.manifest_seconds[model].observe(res.manifest_seconds)
+        self.chunk_seconds[model].merge(res.chunk_seconds)
         self._saw_committed(model, version)
         if self._kept:  # copies kept for versions this fetch may have superseded
             await self._drop_kept(model)

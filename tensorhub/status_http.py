@@ -136,6 +136,11 @@ class HubCollector(Collector):
             hub.manifest_seconds,
         )
         yield from _histograms(
+            "tensorhub_chunk_seconds",
+            "Chunk requests of successful fetches: seconds from request to verified",
+            hub.chunk_seconds,
+        )
+        yield from _histograms(
             "tensorhub_publisher_stall_seconds",
             "Seconds wait_replicated held the publisher until enough copies existed elsewhere",
             hub.replicate_seconds,

@@ -36,6 +36,7 @@ from .core.errors import (
     TransferError,
 )
 from .core.gossip.membership import Status
+from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.manifest import Manifest
 from .core.naming import display_name
 from .core.swarm import ChunkPlanner, Failure, PlannerConfig, Request
@@ -176,6 +177,7 @@ async def swarm_fetch(
     last_progress = time.monotonic()
     trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
     received: Counter[str] = Counter()  # verified bytes by source
+    chunk_seconds = Histogram(CHUNK_BUCKETS)
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def start(r: Request) -> None:
@@ -227,6 +229,7 @@ async def swarm_fetch(
 
     async def won(r: Request) -> None:
         received[r.source] += manifest.layout.chunk_len(r.chunk)
+        chunk_seconds.observe(time.monotonic() - began[r])
         for loser in planner.received(r.chunk, r.source):
             abandon(loser)
         if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over
@@ -349,6 +352,7 @@ async def swarm_fetch(
         t1 - t0,
         dict(trouble),
         dict(received),
+        chunk_seconds,
     )
 
 

@@ -86,6 +86,8 @@ async def test_cluster_json_and_metrics(tmp_path: Path) -> None:
     count = [s for s in fetch.samples if s.name.endswith("_count")]
     assert count[0].labels == {"model": "policy"} and count[0].value == 1
     assert "tensorhub_publisher_stall_seconds" in families  # rollout1 published nothing
+    chunks = [s for s in families["tensorhub_chunk_seconds"].samples if s.name.endswith("_count")]
+    assert chunks[0].value >= pub.manifest.num_chunks  # every chunk it fetched, timed
     latest = families["tensorhub_latest_version"].samples
     assert [(s.labels["model"], s.value) for s in latest] == [("policy", 1)]
 

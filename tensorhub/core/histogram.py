@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Seconds: from a small version on a LAN to a 100+ GB model across a WAN."""
 
+CHUNK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Seconds for one chunk request, issued to verified."""
+
 
 @dataclass
 class Histogram:
@@ -29,6 +32,13 @@ class Histogram:
         self.counts[bisect_left(self.buckets, value)] += 1
         self.total += value
         self.n += 1
+
+    def merge(self, other: Histogram) -> None:
+        if other.buckets != self.buckets:
+            raise ValueError("histograms with different buckets")
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+        self.n += other.n
 
     def cumulative(self) -> list[tuple[str, int]]:
         """(upper bound, observations ≤ it) pairs, "+Inf" last, as Prometheus wants them."""
