@@ -17,9 +17,10 @@ from .core.errors import (
     ProtocolError,
     TensorHubError,
     TransferError,
+    UnknownVersion,
 )
 from .core.manifest import Manifest
-from .hub import Hub, NoHolder, Published, PublishRejected, SyncHub, UnknownVersion
+from .hub import Hub, NoHolder, Published, PublishRejected, SyncHub
 from .node import Node
 
 __all__ = [

@@ -34,7 +34,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from .core.errors import AuthenticationError, DeadlineExceeded, TensorHubError, TransferError
+from .core.errors import (
+    AuthenticationError,
+    DeadlineExceeded,
+    TensorHubError,
+    TransferError,
+    UnknownVersion,
+)
 from .core.gossip import Status
 from .core.gossip.holders import SAME_RACK, tier
 from .core.histogram import CHUNK_BUCKETS, Histogram
@@ -62,10 +68,6 @@ down or slow is skipped (the cluster may be starting), so this bounds start's de
 SUPER_SEED_AFTER = 1.0
 """Seconds a published chunk's requests are refused (redirected) before it is sent again
 (ten times that while gossip lists a node it went to as alive; at once if all died)."""
-
-
-class UnknownVersion(TensorHubError):
-    """The version is not committed (or was retired)."""
 
 
 class PublishRejected(TensorHubError):

@@ -19,7 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .core.digest import digest_parts
-from .core.errors import ChecksumMismatch, ProtocolError, Refused, RemoteError, TransferError
+from .core.errors import (
+    ChecksumMismatch,
+    ProtocolError,
+    Refused,
+    RemoteError,
+    TransferError,
+    UnknownVersion,
+)
 from .core.manifest import Manifest
 from .core.messages import (
     ChunkData,
@@ -32,7 +39,7 @@ from .core.messages import (
 )
 from .io.shaping import WanShaper
 from .io.tcp import Connection
-from .store import LocalStore, Replica, UnknownVersion
+from .store import LocalStore, Replica
 from .uploads import Grant, Uploads
 
 log = logging.getLogger(__name__)
@@ -100,7 +107,6 @@ class PeerHandler:
         self._writer: asyncio.Task[None] | None = None
         self.chunks_served = 0
         self.bytes_served = 0
-        self.closed_error: BaseException | None = None
         self._receiving: int | None = None  # the request whose chunk payload is arriving
 
     # -- Handler interface ---------------------------------------------------------------
@@ -194,7 +200,6 @@ class PeerHandler:
             req.fut.set_result(None)
 
     def on_close(self, conn: Connection, exc: BaseException | None) -> None:
-        self.closed_error = exc
         err = TransferError(
             f"peer {conn.peer} vanished with {len(self._pending)} request(s) in flight"
             + (f": {exc}" if exc else "")

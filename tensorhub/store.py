@@ -11,17 +11,10 @@ import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .core.errors import TensorHubError
+from .core.errors import UnknownVersion
 from .core.manifest import Manifest
 from .core.swarm import SuperSeeder
 from .io.tensors import TensorBytes
-
-
-class UnknownVersion(TensorHubError, KeyError):
-    """This node does not hold (model, version)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown version"
 
 
 @dataclass

@@ -34,6 +34,7 @@ from .core.errors import (
     RemoteError,
     TensorHubError,
     TransferError,
+    UnknownVersion,
 )
 from .core.gossip.membership import Status
 from .core.histogram import CHUNK_BUCKETS, Histogram
@@ -44,7 +45,7 @@ from .fetch import FetchResult
 from .io.tensors import TensorBytes, copy_chunk
 from .node import Node
 from .peer import PeerHandler
-from .store import Replica, UnknownVersion
+from .store import Replica
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tensorhub import UnknownVersion
 from tensorhub.core.errors import ChecksumMismatch
-from tensorhub.hub import UCX_KEY, Hub, NoHolder, PublishRejected, SyncHub, UnknownVersion
+from tensorhub.hub import UCX_KEY, Hub, NoHolder, PublishRejected, SyncHub
 from tensorhub.io import ucx
 from tensorhub.io.tensors import empty_like_manifest
 from tensorhub.io.ucx import UcxConnection

@@ -22,6 +22,14 @@ class AuthenticationError(TensorHubError):
     """The peer did not prove knowledge of the cluster secret (or we could not)."""
 
 
+class UnknownVersion(TensorHubError, KeyError):
+    """A version is not known where it was asked for: not committed (or retired) in the
+    registry, or not held by the node asked. The message says which."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown version"
+
+
 class ChecksumMismatch(TensorHubError):
     """Bytes received for a chunk do not hash to the digest in the manifest."""
 

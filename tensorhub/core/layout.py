@@ -13,7 +13,7 @@ chunk_size, align), which is what lets a manifest be validated by planning it ag
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -204,7 +204,3 @@ class Layout:
 
     def __hash__(self) -> int:
         return hash((self.tensors, self.chunk_size, self.align))
-
-
-def segment_sizes(segments: Sequence[Segment]) -> int:
-    return sum(s.length for s in segments)

@@ -114,9 +114,6 @@ class Manifest:
             )
         return manifest
 
-    def check_chunk(self, i: int, chunk_digest: bytes) -> bool:
-        return self.digests[i] == chunk_digest
-
     def __repr__(self) -> str:
         return (
             f"Manifest(root={self.root.hex()[:16]}…, tensors={len(self.tensors)}, "

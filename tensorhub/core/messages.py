@@ -8,7 +8,7 @@ as the frame's raw payload, so they can land straight in tensor memory.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -165,8 +165,3 @@ class RegistryReply(Message, frozen=True, tag="reg_reply"):
     message: str = ""
     value: int = 0
     data: bytes = b""
-
-
-def describe(msg: Any) -> str:
-    """Short text for logs and errors."""
-    return type(msg).__name__

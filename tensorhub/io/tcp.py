@@ -302,9 +302,6 @@ class Connection(asyncio.BufferedProtocol):
         """Send without waiting for buffer space (small control frames only)."""
         self._write(msg, payload)
 
-    async def drain(self) -> None:
-        await self._can_write.wait()
-
     @property
     def unsent(self) -> int:
         """Bytes sent that still wait in our buffers (still referenced by us)."""

@@ -115,11 +115,6 @@ class Topology:
                 out[link.b if dc == link.a else link.a] = (link.bandwidth, link.rtt)
         return out
 
-    def with_(self, **changes: Any) -> Topology:
-        from dataclasses import replace
-
-        return replace(self, **changes)
-
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|b|bps|b/s|bit/s)?\s*$", re.I)
 

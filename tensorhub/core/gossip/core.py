@@ -514,9 +514,6 @@ class GossipCore:
                 self._broadcasts[name] = (u, left - 1)
         return tuple(out)
 
-    def _member_list(self) -> tuple[Update, ...]:
-        return tuple(self.members.updates())
-
     def _push_pull(self, reply: bool, full: bool = False) -> GPushPull:
         """A push-pull; unless ``full``, roster members we never touched are left out (the
         peer asks for them with ``need_full`` if it does not share our roster)."""

@@ -49,7 +49,6 @@ class GPing(Message, frozen=True, tag="g_ping"):
     inc: int
     target: str
     updates: tuple[Update, ...] = ()
-    relay_for: str = ""  # set when probing on behalf of another node (ping-req)
 
 
 @register

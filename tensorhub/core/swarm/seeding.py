@@ -101,8 +101,3 @@ class SuperSeeder:
         got.append(peer)
         self._refused_since.pop(chunk, None)
         self.served[chunk] += 1
-
-    @property
-    def copies(self) -> int:
-        """Chunks handed out in all (the origin's egress, in chunks)."""
-        return sum(self.served)
