@@ -47,6 +47,7 @@ def trainer_main(versions: int, steps: int, secret: str, out: Any, ctl: Any) -> 
         node = await Node.start("trainer", secret=secret)
         loop = asyncio.get_running_loop()
         for v in range(1, versions + 1):
+            out.put({"event": "training", "version": v, "steps": steps})
             t0 = time.perf_counter()
             loss = sum(train_step(model, opt, synthetic_batch(model.cfg, g)) for _ in range(steps))
             t1 = time.perf_counter()
@@ -130,12 +131,16 @@ def main(versions: int = 3, steps: int = 20) -> int:
     rollout = ctx.Process(target=rollout_main, args=(secret, inbox, out))
     trainer.start()
     rollout.start()
+    console.print("  starting the trainer and the rollout processes (each imports torch)…")
     rows: dict[int, dict[str, Any]] = {}
     failures = 0
     try:
         done = 0
         while done < versions:
             ev = out.get(timeout=300)
+            if ev["event"] == "training":
+                console.print(f"  trainer training v{ev['version']} ({ev['steps']} steps)…")
+                continue
             row = rows.setdefault(ev["version"], {})
             if ev["event"] == "published":
                 row.update(ev)
