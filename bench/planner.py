@@ -6,6 +6,10 @@ is a memcpy of one chunk on this machine (a lower bound for any transfer of it);
 is planner time per completed chunk / memcpy time per chunk, for versions of 1,000 to
 35,000 chunks (4 GB to 140 GB at 4 MiB) and 8 sources.
 
+The source-update path is timed too, since the holder view feeds it all along a fetch: a
+full holder announced (and a second one), and a swarm's worth of updates per chunk (4
+fetchers announcing each chunk as they get it, then becoming full holders), per chunk.
+
     python bench/planner.py --json out/planner.json
 """
 
@@ -52,6 +56,36 @@ def planner_seconds_per_chunk(chunks: int, sources: int = 8, budget_s: float = 2
     return (time.perf_counter() - t0) / max(n, 1)
 
 
+def full_holder_seconds(chunks: int, reps: int = 5) -> float:
+    """Announcing one full holder (the holder view's common case), median of ``reps``."""
+    times = []
+    for _ in range(reps):
+        p = ChunkPlanner("me", chunks, random.Random(0), PlannerConfig())
+        p.set_source("origin", 3, None, origin=True)
+        t = time.perf_counter()
+        p.set_source("full", 1, None)
+        times.append(time.perf_counter() - t)
+    return median(times)
+
+
+def source_updates_seconds_per_chunk(chunks: int, peers: int = 4) -> float:
+    """A fetch's worth of holder-view news, per chunk: ``peers`` fetchers each announce
+    every chunk as they get it (add_chunk) and then complete (set_source(None))."""
+    p = ChunkPlanner("me", chunks, random.Random(0), PlannerConfig())
+    p.set_source("origin", 3, None, origin=True)
+    for i in range(peers):
+        p.set_source(f"f{i}", 1, ())
+    order = list(range(chunks))
+    random.Random(1).shuffle(order)
+    t = time.perf_counter()
+    for c in order:
+        for i in range(peers):
+            p.add_chunk(f"f{i}", c)
+    for i in range(peers):
+        p.set_source(f"f{i}", 1, None)
+    return (time.perf_counter() - t) / chunks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", help="write the results here")
@@ -60,13 +94,30 @@ def main() -> None:
     rows, results = [], []
     for chunks in (1_000, 10_000, 35_000):
         per = planner_seconds_per_chunk(chunks)
-        rows.append([chunks, per * 1e6, copy * 1e6, per / copy])
+        full = full_holder_seconds(chunks)
+        updates = source_updates_seconds_per_chunk(chunks)
+        rows.append(
+            [chunks, per * 1e6, updates * 1e6, copy * 1e6, (per + updates) / copy, full * 1e3]
+        )
         results.append(
-            {"chunks": chunks, "planner_s_per_chunk": per, "ratio_to_memcpy": per / copy}
+            {
+                "chunks": chunks,
+                "planner_s_per_chunk": per,
+                "source_updates_s_per_chunk": updates,
+                "ratio_to_memcpy": (per + updates) / copy,
+                "full_holder_announce_s": full,
+            }
         )
     print_table(
         "planner cost per completed 4 MiB chunk vs a memcpy of it",
-        ["chunks", "planner µs", "memcpy µs", "planner / memcpy"],
+        [
+            "chunks",
+            "planner µs",
+            "source updates µs",
+            "memcpy µs",
+            "(planner + updates) / memcpy",
+            "full holder announced, ms",
+        ],
         rows,
     )
     write_json(

@@ -16,7 +16,6 @@ from typing import Any
 
 from .core.gossip import Status
 from .core.gossip.core import GossipCore
-from .core.gossip.holders import Holding
 from .core.naming import display_name
 
 MAX_LISTED = 50
@@ -24,10 +23,6 @@ MAX_LISTED = 50
 
 RATE_WINDOW = 5.0
 """Seconds over which the spread rate is measured (the oldest sample in it is the base)."""
-
-
-def held_chunks(h: Holding) -> int:
-    return min(h.num_chunks, int.from_bytes(h.bitmap, "little").bit_count())
 
 
 @dataclass
@@ -83,9 +78,7 @@ def summarize(
     held: dict[tuple[str, int], int] = {}
     newest: dict[str, int] = {}
     for dp, version in core.holders.versions():
-        held[(dp, version)] = sum(
-            held_chunks(h) for h in core.holders.holders(dp, version).values()
-        )
+        held[(dp, version)] = sum(h.held for h in core.holders.holders(dp, version).values())
         newest[dp] = max(newest.get(dp, 0), version)
     speeds = rate.observe(now, held)
 
@@ -96,7 +89,7 @@ def summarize(
         num_chunks = 0
         for name, h in core.holders.holders(dp, version).items():
             num_chunks = max(num_chunks, h.num_chunks)
-            n = held_chunks(h)
+            n = h.held
             if status_of.get(name) == "dead":
                 continue
             per_dc[dc_of.get(name, "?")]["complete" if n == h.num_chunks else "partial"] += 1

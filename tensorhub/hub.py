@@ -410,9 +410,10 @@ class Hub:
             addr, loc = core.addr_of(name), core.locality_of(name)
             if addr is None or loc is None or addr == self.address:
                 continue
-            chunks = [i for i in range(h.num_chunks) if h.has(i)]
+            complete = h.complete
+            chunks = None if complete else h.chunks()  # None: all (O(1) for the planner)
             out.append(Holder(addr, tier(me, loc), chunks, h.origin))
-            if _dc(loc) == my_dc and not h.complete:
+            if _dc(loc) == my_dc and not complete:
                 fetchers.append(addr)
         return out, fetchers, members
 

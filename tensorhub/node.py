@@ -274,9 +274,16 @@ class Node:
         return result
 
     async def close(self) -> None:
-        for h in list(self.handlers):
-            await h.aclose()
+        # No new connections first, either way: a dial still in flight, or a peer accepted
+        # meanwhile, would otherwise leave a connection open after the loop below (both of
+        # its sockets, where the peer runs in this process).
+        dials = list(self._dialing.values())
+        for d in dials:
+            d.cancel()
+        await asyncio.gather(*dials, return_exceptions=True)
         if self._server is not None:
             await self._server.close()
         if self._ucx_server is not None:
             await self._ucx_server.close()
+        for h in list(self.handlers):
+            await h.aclose()

@@ -36,7 +36,7 @@ def status(hub: Hub) -> dict[str, Any]:
     for model, version in core.holders.versions():
         holders = []
         for name, h in sorted(core.holders.holders(model, version).items()):
-            held = sum(h.has(i) for i in range(h.num_chunks))
+            held = h.held
             holders.append(
                 {
                     "name": name,

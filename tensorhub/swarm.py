@@ -143,8 +143,7 @@ async def swarm_fetch(
 
     def use(hs: Iterable[Holder]) -> None:
         for h in hs:
-            chunks = range(manifest.num_chunks) if h.chunks is None else h.chunks
-            planner.set_source(h.addr, h.tier, chunks, origin=h.origin)
+            planner.set_source(h.addr, h.tier, h.chunks, origin=h.origin)
 
     def resync() -> None:
         if refresh is not None:

@@ -238,3 +238,29 @@ def test_ucx_pieces_cut_every_piece_whatever_the_parts(sizes: list[int], piece: 
     assert b"".join(bytes(p) for p in out) == data
     assert all(len(p) == piece for p in out[:-1]) and 0 < len(out[-1]) <= piece
     assert sum(isinstance(p, bytearray) for p in out) <= len(sizes) - 1  # one per seam at most
+
+
+async def test_closing_a_node_mid_dial_leaves_no_connection_open() -> None:
+    """A dial still handshaking when its node closes is cancelled and its socket closed (a
+    dial that completed after close() used to leave both ends of an in-process pair open;
+    the seed probe in Hub.start made such dials common)."""
+    eof = asyncio.Event()
+
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.read()  # never answers the Hello; returns at EOF, when the dialler hangs up
+        eof.set()
+        w.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    node = await Node.start("closing", secret=SECRET)
+    dial = asyncio.ensure_future(node.peer(f"{host}:{port}"))
+    await asyncio.sleep(0.2)  # connected, waiting for the Challenge
+    assert not dial.done()
+    await node.close()
+    await asyncio.wait_for(eof.wait(), 5)  # the socket was closed, not left to the GC
+    assert dial.done() and not node.handlers
+    with contextlib.suppress(asyncio.CancelledError, TransferError):
+        dial.result()
+    server.close()
+    await server.wait_closed()

@@ -468,4 +468,7 @@ async def connect(
     except asyncio.TimeoutError:
         conn.close()
         raise TransferError(f"handshake with {addr} timed out after {timeout}s") from None
+    except BaseException:  # refused, or the dial was cancelled (the node is closing)
+        conn.close()
+        raise
     return conn

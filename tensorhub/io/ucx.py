@@ -451,4 +451,7 @@ async def connect(
     except asyncio.TimeoutError:
         conn._lost()
         raise TransferError(f"handshake with ucx://{addr} timed out after {timeout}s") from None
+    except BaseException:  # refused, or the dial was cancelled (the node is closing)
+        conn._lost()
+        raise
     return conn
