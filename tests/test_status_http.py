@@ -91,6 +91,7 @@ async def test_dashboard_in_a_headless_browser_shows_versions_and_holders(tmp_pa
     body = dom.split('id="versions"')[1].split("</table>")[0]
     rows = [html.unescape(re.sub(r"<[^>]+>", "|", r)) for r in body.split("<tr>")[2:]]
     print("\n".join(rows))
-    holders = {r.split("|")[5] for r in rows if "policy@0" in r and "v1" in r}
+    assert not any("policy@0" in r for r in rows), rows  # users see "policy"
+    holders = {r.split("|")[5] for r in rows if "|policy|" in r and "v1" in r}
     assert {"voter0 (publisher)", "rollout0", "rollout1"} <= holders, rows
     assert "rollout1" in dom.split('id="node"')[1][:200]  # the page names its node
