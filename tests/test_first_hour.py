@@ -207,7 +207,7 @@ def test_cli_refuses_a_bad_topology_before_any_process_starts(tmp_path: Path) ->
     assert not (tmp_path / "out.json").exists() and res.stdout == ""
 
 
-def test_secret_file_is_read_by_every_command(tmp_path: Path) -> None:
+def test_secret_file_gives_a_cli_voter_its_secret(tmp_path: Path) -> None:
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET + "\n")  # a trailing newline, as editors leave it
     addr = f"127.0.0.1:{free_ports(1)[0]}"
