@@ -64,7 +64,12 @@ async def test_many_holders_each_with_part_bit_identical(transport: str) -> None
         ]
         into = empty_like_manifest(m)
         served_before = sum(h.chunks_served for x in (a, b, c) for h in x.handlers)
-        await swarm_fetch(me, "m", 1, into, holders, expected_root=m.root, seed=1)
+        # No endgame: its duplicates go to the next-nearest holder by design (c, whenever
+        # the last chunks are slow to land, as under load), and this test is about the rest.
+        no_endgame = PlannerConfig(endgame_copies=0)
+        await swarm_fetch(
+            me, "m", 1, into, holders, expected_root=m.root, seed=1, config=no_endgame
+        )
         assert all(same_bytes(sd[k], into[k]) for k in sd)
         # Locality: b (tier 1) holds everything, so the farther holders served nothing.
         assert sum(h.chunks_served for h in a.handlers) == 0

@@ -264,3 +264,25 @@ async def test_closing_a_node_mid_dial_leaves_no_connection_open() -> None:
         dial.result()
     server.close()
     await server.wait_closed()
+
+
+@pytest.mark.skipif(not ucx.available(), reason="ucxx is not installed (tensorhub[ucx])")
+async def test_a_closed_ucx_listener_is_kept_a_while_and_turns_endpoints_away() -> None:
+    """ucxx gives its progress thread a borrowed pointer to a listener's callback data: the
+    binding object outlives close() by LISTENER_GRACE, so a callback already under way
+    reads live memory (it read freed memory: KeyError 'cb_func', a segfault in a later GC),
+    and an endpoint it delivers after close gets no connection."""
+    a = await Node.start("a", secret=SECRET, transport="ucx")
+    b = await Node.start("b", secret=SECRET, transport="ucx")
+    try:
+        assert a._ucx_server is not None and a.ucx_address is not None
+        server, addr = a._ucx_server, a.ucx_address
+        binding = server._listener._listener
+        await server.close()
+        assert any(kept is binding for _t, kept in ucx._RETIRED)
+        with pytest.raises((AuthenticationError, TransferError)):  # closed in the handshake
+            await ucx.connect(addr, node="b", secret=SECRET, handler_factory=b._handler, timeout=5)
+        assert not server.connections
+    finally:
+        await b.close()
+        await a.close()

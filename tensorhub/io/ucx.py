@@ -27,6 +27,16 @@ connection keeps with its buffer; the connection reports itself closed only afte
 the endpoint has completed (cancelled) every one of them, and a buffer whose operation UCX
 never finishes is kept for the life of the process.
 
+Callbacks from UCX's progress thread are the other hazard. ucxx 0.52 hands its C++ side a
+*borrowed* pointer to the dict holding a Python callback (``set_close_callback``, the
+listener's accept callback); the dict dies with its Python owner, and a callback already
+waiting for the GIL in the progress thread then reads freed memory (seen as ``KeyError:
+'cb_func'`` and as a segfault in a later garbage collection). So endpoints get no close
+callback here: a watcher polls ``alive`` instead (``ALIVE_POLL``). A closed listener's
+binding object is kept for ``LISTENER_GRACE`` seconds, long enough for a callback that
+was already under way to run against live memory, and a connection it still delivers is
+closed at once.
+
 Enable with the ``tensorhub[ucx]`` extra. ``UCX_TLS``/``UCX_NET_DEVICES`` choose UCX's
 transports as usual (tests use ``tcp,self`` on ``lo``).
 """
@@ -38,6 +48,7 @@ import contextlib
 import importlib
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
@@ -61,7 +72,16 @@ QUIESCE_TIMEOUT = 2.0
 CLOSE_DRAIN_TIMEOUT = 5.0
 """Seconds to wait, after closing an endpoint, for UCX to finish its posted operations."""
 
+ALIVE_POLL = 0.05
+"""Seconds between checks that an endpoint is still alive (UCX fails a peer's death on
+the endpoint but not on a receive posted to it)."""
+
+LISTENER_GRACE = 5.0
+"""Seconds a closed listener's binding object is kept (see the module docstring)."""
+
 _BACKENDS = ("ucxx", "ucp")
+_RETIRED: deque[tuple[float, object]] = deque()
+"""Closed listeners' binding objects, with when they were closed."""
 _ORPHANS: list[tuple[asyncio.Future[Any], object]] = []
 """Operations UCX never finished, with their buffers: kept so their memory is never reused."""
 _state: dict[str, Any] = {}
@@ -166,25 +186,38 @@ class UcxConnection(Connection):
         loop = self._loop
 
         def closed_by_ucx() -> None:  # from UCX's progress thread
-            def lost() -> None:
-                if not self._closing:
-                    if not self._reader.at_frame_boundary:  # else a clean close, as TCP's EOF
-                        self.error = self.error or TransferError(
-                            f"UCX endpoint to {self.peer or '?'} closed mid-frame"
-                        )
-                    self._lost()
-
             with contextlib.suppress(RuntimeError):  # the loop may be gone at exit
-                loop.call_soon_threadsafe(lost)
+                loop.call_soon_threadsafe(self._endpoint_closed)
 
-        # A receive posted on an endpoint whose peer died is not failed by UCX; this is.
-        if hasattr(self._ep, "set_close_callback"):
-            self._ep.set_close_callback(closed_by_ucx)
         self._tasks = [
             asyncio.ensure_future(self._read_loop()),
             asyncio.ensure_future(self._write_loop()),
         ]
+        # A receive posted on an endpoint whose peer died is not failed by UCX; this is.
+        if hasattr(self._ep, "alive"):  # ucxx: poll (its close callback is unsafe, above)
+            self._tasks.append(asyncio.ensure_future(self._watch_alive()))
+        elif hasattr(self._ep, "set_close_callback"):  # ucx-py keeps its callback alive
+            self._ep.set_close_callback(closed_by_ucx)
         self._begin_handshake("", "")  # UCX offers no socket address to bind
+
+    def _endpoint_closed(self) -> None:
+        """UCX closed the endpoint (the peer went away): as TCP's EOF at a frame boundary,
+        an error mid-frame."""
+        if not self._closing:
+            if not self._reader.at_frame_boundary:
+                self.error = self.error or TransferError(
+                    f"UCX endpoint to {self.peer or '?'} closed mid-frame"
+                )
+            self._lost()
+
+    async def _watch_alive(self) -> None:
+        while True:
+            await asyncio.sleep(ALIVE_POLL)
+            if self._closing:
+                return
+            if not self._ep.alive:
+                self._endpoint_closed()
+                return
 
     # -- receiving -----------------------------------------------------------------------------
 
@@ -387,12 +420,25 @@ class UcxServer:
         self._listener = listener
         self.connections = conns
         self.address = f"{host}:{listener.port}"
+        self.closed = False
 
     async def close(self) -> None:
+        self.closed = True  # an endpoint UCX still delivers is turned away (listen's accept)
         for c in list(self.connections):
             c.close()
         await asyncio.gather(*(c.closed for c in list(self.connections)))
+        _retire(getattr(self._listener, "_listener", None))
         self._listener.close()
+
+
+def _retire(binding: object, now: float | None = None) -> None:
+    """Keep a closed listener's binding object ``LISTENER_GRACE`` seconds (the module
+    docstring says why), letting go of those kept longer."""
+    now = time.monotonic() if now is None else now
+    while _RETIRED and now - _RETIRED[0][0] > LISTENER_GRACE:
+        _RETIRED.popleft()
+    if binding is not None:
+        _RETIRED.append((now, binding))
 
 
 async def listen(
@@ -407,8 +453,13 @@ async def listen(
     ucx = _ucx()
     host, port = parse_address(addr)
     conns: set[Connection] = set()
+    server: UcxServer | None = None
 
     async def accept(ep: Any) -> None:
+        if server is None or server.closed:  # delivered after close (or before we are set up)
+            with contextlib.suppress(Exception):
+                await ep.close(period=10**9)
+            return
         conn = UcxConnection(
             ep,
             node=node,
@@ -422,8 +473,10 @@ async def listen(
         conn.start()
         await conn.closed  # the binding keeps the endpoint while its handler runs
 
+    _retire(None)  # let go of listeners closed long enough ago
     listener = ucx.create_listener(accept, port=port)
-    return UcxServer(listener, host if host != "0.0.0.0" else "127.0.0.1", conns)
+    server = UcxServer(listener, host if host != "0.0.0.0" else "127.0.0.1", conns)
+    return server
 
 
 async def connect(
