@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from tensorhub.core.gossip.holders import SAME_RACK
 from tensorhub.core.swarm import (
     ChunkPlanner,
-    Failure,
     PlannerConfig,
     Request,
+    SeedDecision,
     SuperSeeder,
     UploadSlots,
 )
+from tensorhub.core.swarm.serve import Verdict, seed_context, serve_decision
+from tensorhub.core.swarm.session import Abandon, Action, FetchSession, Outcome, Send, Settle
 
 from .engine import Engine
 from .network import Network, Transfer
@@ -78,6 +80,7 @@ class _Node:
     name: str
     have: bytearray
     planner: ChunkPlanner | None = None
+    session: FetchSession | None = None  # the fetch's request lifecycle (the node's core)
     seeder: SuperSeeder | None = None
     slots: UploadSlots = field(default_factory=UploadSlots)
     queued: dict[int, Callable[[], None]] = field(default_factory=dict)  # ticket → start
@@ -100,6 +103,15 @@ class _Node:
     def settle(self, chunk: int) -> None:
         for answer in self.parked.pop(chunk, []):
             answer()
+
+
+_OUTCOME = {
+    Verdict.NO_CHUNK: Outcome.NOT_YET,
+    Verdict.BUSY: Outcome.BUSY,
+    Verdict.REDIRECT: Outcome.REDIRECTED,
+}
+"""How the fetcher reads each refusal (the node's replies say the same: no_chunk, busy,
+Redirect)."""
 
 
 def _ticket(t: Hashable) -> int:
@@ -173,6 +185,7 @@ class Swarm:
             node = self.nodes[f]
             rng = random.Random(self.rng.random())
             node.planner = ChunkPlanner(f, cfg.chunks, rng, cfg.planner)
+            node.session = FetchSession(node.planner)
             others = [g for g in self.fetchers if g != f]
             rng.shuffle(others)
             others.sort(key=lambda g: self.c.tier(f, g))
@@ -231,7 +244,7 @@ class Swarm:
                     self.e.later(self.c.latency(name, f), functools.partial(self._lost, f, r))
 
     def _lost(self, f: str, r: Request) -> None:
-        self._failed(f, r, "lost")
+        self._failed(f, r, Outcome.LOST)
 
     @property
     def done(self) -> bool:
@@ -246,21 +259,18 @@ class Swarm:
 
     def _pump(self, f: str) -> None:
         node = self.nodes[f]
-        p = node.planner
-        if node.dead or p is None or node.started is None or node.finished is not None:
+        p, session = node.planner, node.session
+        if node.dead or p is None or session is None or node.started is None:
+            return
+        if node.finished is not None:
             return  # (a peer's announcement must not start a fetch before its time)
-        while p.now < int(self.e.now / self.tick):
-            p.tick()
+        session.advance(int(self.e.now / self.tick))
         if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
             node.seen_tick = p.now
             for name in p.sources:  # the holder view's liveness (a crash is noticed at once)
                 if not self.nodes[name].dead:
                     p.seen(name)
-        for r in p.next_requests():
-            node.inflight[r] = None
-            self.e.later(
-                self.c.latency(f, r.source), functools.partial(self._serve, r.source, f, r)
-            )
+        self._perform(f, session.requests(self.e.now))
         if not node.inflight:
             self._wake_later(f)
 
@@ -279,42 +289,46 @@ class Swarm:
         src, c = self.nodes[s], r.chunk
         back = self.c.latency(s, f)
         if src.dead:
-            self.e.later(back, lambda: self._failed(f, r, "lost"))
+            self.e.later(back, lambda: self._failed(f, r, Outcome.LOST))
             return
-        if not src.have[c]:
-            if not src.receiving(c) or self._feeds(f, s, c):
-                # (Nor may s pass on bytes that f itself is passing to it: once their real
-                # source died, the two would wait on each other for ever.)
-                self.e.later(back, lambda: self._failed(f, r, Failure.MISSING))
-                return
-            if not self.cfg.cut_through:  # answer once it has arrived
-                src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
-                return
-            # else serve it as it arrives (below): what the real node does chunk by chunk
-        # As the real peer: too many waiting, ask elsewhere (a rack-mate may wait longer).
-        if not src.slots.admit(near=self.c.tier(s, f) <= SAME_RACK):
-            self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED))
-            return
-        if src.seeder is not None:
-            remote = self.c.hosts[s].dc != self.c.hosts[f].dc
-            # As the Hub asks: does the origin's DC have other live members (they carry
-            # the chunk across the WAN), and which recipients could pass it on to f?
-            local_busy = remote and self._dc_members.get(self.c.hosts[s].dc, 0) > 1
-            fdc = self.c.hosts[f].dc
-            d = src.seeder.decide(
+        hosts = self.c.hosts
+
+        def seed() -> SeedDecision:
+            assert src.seeder is not None
+            ctx = seed_context(
+                hosts[s].dc,
+                hosts[f].dc,
+                lambda: self._dc_members.get(hosts[s].dc, 0) > 1,
+                lambda g: hosts[g].dc,
+                self._alive,
+            )
+            return src.seeder.decide(
                 c,
                 f,
                 self.e.now,
-                remote=remote,
-                local_busy=local_busy,
-                # (for a peer of the origin's DC, a recipient across the WAN is as good as
-                # gone; a remote peer is meant to get it from the origin's DC)
-                alive=lambda g: self._alive(g) and (remote or self.c.hosts[g].dc == fdc),
+                remote=ctx.remote,
+                local_busy=ctx.local_busy,
+                alive=ctx.can_pass_on,
                 spare=src.slots.has_spare(),
             )
-            if not d.serve:
-                self.e.later(back, lambda: self._failed(f, r, Failure.REFUSED, d.holders))
-                return
+
+        d = serve_decision(
+            have=bool(src.have[c]),
+            # (Nor may s pass on bytes that f itself is passing to it: once their real
+            # source died, the two would wait on each other for ever.)
+            incoming=src.receiving(c) and not self._feeds(f, s, c),
+            admit=lambda: src.slots.admit(near=self.c.tier(s, f) <= SAME_RACK),
+            seed=seed if src.seeder is not None else None,
+            cut_through=self.cfg.cut_through,
+        )
+        if d.verdict is Verdict.PARK:  # answer once it has arrived
+            src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
+            return
+        if d.verdict is not Verdict.SERVE:
+            outcome = _OUTCOME[d.verdict]
+            self.e.later(back, lambda: self._failed(f, r, outcome, d.holders))
+            return
+        if src.seeder is not None:
             src.seeder.sent(c, f, self.e.now)
         self._tickets += 1
         ticket = self._tickets
@@ -334,8 +348,14 @@ class Swarm:
                 tag=f"{s}>{f}",
                 upstream=feed,
             )
-            self.nodes[f].inflight[r] = t
-            if self.cfg.cut_through and not self.nodes[f].have[c]:
+            fetcher = self.nodes[f]
+            if r not in fetcher.inflight:
+                return  # abandoned while queued here: its bytes still flow (as the real
+                # server still sends them), and are dropped on arrival
+            fetcher.inflight[r] = t
+            if fetcher.session is not None:
+                fetcher.session.receiving(r)
+            if self.cfg.cut_through and not fetcher.have[c]:
                 self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
 
         if src.slots.request(f, ticket):
@@ -379,26 +399,45 @@ class Swarm:
         for _peer, ticket in src.slots.release():
             src.queued.pop(_ticket(ticket))()
 
-    def _settle(self, f: str, r: Request) -> ChunkPlanner | None:
-        """The reply to ``r`` arrived at ``f``: its planner, if the request still matters."""
+    def _settle(self, f: str, r: Request) -> FetchSession | None:
+        """The reply to ``r`` arrived at ``f``: its fetch session, if the request still
+        matters."""
         node = self.nodes[f]
         if node.dead or r not in node.inflight:
             return None  # f died, or abandoned r (an endgame loser still delivered)
         del node.inflight[r]
-        return node.planner
+        return node.session
+
+    def _perform(self, f: str, actions: list[Action]) -> None:
+        """Play a fetch session's actions on the simulated network."""
+        node = self.nodes[f]
+        for a in actions:
+            if isinstance(a, Send):
+                r = a.request
+                node.inflight[r] = None
+                self.e.later(
+                    self.c.latency(f, r.source), functools.partial(self._serve, r.source, f, r)
+                )
+            elif isinstance(a, Abandon):
+                t = node.inflight.pop(a.request, None)
+                if t is not None:
+                    self.net.cancel(t)
+                    self._release(a.request.source)
+            elif isinstance(a, Settle):
+                node.settle(a.chunk)  # who waited for it here: it is in, or not coming yet
 
     def _delivered(self, s: str, f: str, r: Request) -> None:
         self._release(s)
         src = self.nodes[s]
         src.last_sent = self.e.now
         if src.dead and not src.have[r.chunk]:
-            self._failed(f, r, "lost")  # it died before the rest of the chunk reached it
+            self._failed(f, r, Outcome.LOST)  # it died before the rest of the chunk reached it
             return
         if not src.have[r.chunk]:
             if not any(q.chunk == r.chunk for q in src.inflight):
                 # s lost its source before we caught up (our flow outran a cancelled
                 # upstream): nothing will settle the chunk at s, so do not wait for it.
-                self._failed(f, r, Failure.MISSING)
+                self._failed(f, r, Outcome.NOT_YET)
                 return
             # Cut through: our bytes are here, the rest of the chunk is still on its way to
             # s; the request stays in flight (no flow, no slot) until s has it all.
@@ -415,24 +454,20 @@ class Swarm:
         if src.have[r.chunk]:
             self._arrived(s, f, r)
         else:  # s lost it (died, or its own source failed): so did f
-            self._failed(f, r, "lost" if src.dead else Failure.MISSING)
+            self._failed(f, r, Outcome.LOST if src.dead else Outcome.NOT_YET)
 
     def _arrived(self, s: str, f: str, r: Request) -> None:
-        p = self._settle(f, r)
-        if p is None:
+        session = self._settle(f, r)
+        if session is None:
             return
         node = self.nodes[f]
-        for loser in p.received(r.chunk, s):
-            t = node.inflight.pop(loser, None)
-            if t is not None:
-                self.net.cancel(t)
-                self._release(loser.source)
-        if not node.have[r.chunk]:
-            node.have[r.chunk] = 1
+        first = not node.have[r.chunk]
+        node.have[r.chunk] = 1  # (before Settle wakes who waited for it here)
+        self._perform(f, session.verified(r))
+        if first:
             self.e.trace("chunk", f, r.chunk, s)
-            node.settle(r.chunk)
             self.e.later(self.cfg.hint_delay, lambda: self._announce(f, r.chunk))
-        if p.done and node.finished is None:
+        if session.planner.done and node.finished is None:
             node.finished = self.e.now
             self._count(f, -1)
             self.e.trace("done", f)
@@ -446,20 +481,11 @@ class Swarm:
                 other.planner.add_chunk(f, chunk)
                 self._pump(g)
 
-    def _failed(self, f: str, r: Request, why: str, holders: tuple[str, ...] = ()) -> None:
-        p = self._settle(f, r)
-        if p is None:
+    def _failed(self, f: str, r: Request, outcome: Outcome, holders: tuple[str, ...] = ()) -> None:
+        session = self._settle(f, r)
+        if session is None:
             return
-        node = self.nodes[f]
-        if not node.have[r.chunk] and not node.receiving(r.chunk):
-            node.settle(r.chunk)  # who waited for it here learns it is not coming yet
-        if why == "lost":
-            p.remove_source(r.source)
-            p.failed(r.chunk, r.source)
-        else:
-            p.failed(r.chunk, r.source, why)
-            for h in holders:
-                if h != f and h in self.nodes:
-                    p.add_chunk(h, r.chunk, self.c.tier(f, h))
+        found = [(h, self.c.tier(f, h)) for h in holders if h != f and h in self.nodes]
+        self._perform(f, session.failed(r, outcome, found))
         self._pump(f)
         self._wake_later(f)

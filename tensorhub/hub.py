@@ -48,6 +48,7 @@ from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.naming import display_name
 from .core.registry import PublishShard, Release, Retain
+from .core.swarm.serve import SeedContext, seed_context
 from .fetch import FetchResult
 from .gossip_driver import GossipNode
 from .io.raft_storage import RaftStorage
@@ -423,37 +424,28 @@ class Hub:
         addr, loc = core.addr_of(name), core.locality_of(name)
         return None if addr is None or loc is None else (addr, tier(core.me.locality, loc))
 
-    def _seed_context(
-        self, peer: str, replica: Any
-    ) -> tuple[bool, bool, Callable[[str], bool] | None]:
-        """For super-seeding: is ``peer`` in another datacenter, does ours have other live
-        members (they carry the version across the WAN instead of us), and who is alive?
+    def _seed_context(self, peer: str, replica: Any) -> SeedContext:
+        """For super-seeding: where ``peer`` is, from gossip (the rule is the serve core's).
 
-        Members, not known fetchers: fetchers that start together are learnt of by gossip
-        too late. If our members do not fetch, remote requests wait ``super_seed_after``
-        once per chunk, then are served."""
+        Members, not known fetchers, count as carrying the version across the WAN:
+        fetchers that start together are learnt of by gossip too late. If our members do
+        not fetch, remote requests wait ``super_seed_after`` once per chunk, then are
+        served."""
         core = self.gossip.core
-        my_dc = _dc(core.me.locality)
         loc = core.locality_of(peer)
-        remote = loc is not None and _dc(loc) != my_dc
-        local = remote and any(
-            n != core.name and (where := core.locality_of(n)) is not None and _dc(where) == my_dc
-            for n in core.alive()
-        )
-        if loc is None:
-            return remote, local, self._alive
-        peer_dc = _dc(loc)
 
-        def can_pass_on(name: str) -> bool:
-            # For a peer of our own datacenter, a recipient in another one would have to
-            # send the chunk back across the WAN: as good as gone. (A remote peer is meant
-            # to get it from our datacenter's recipients: they carry it across.)
+        def dc_of(name: str) -> str | None:
             where = core.locality_of(name)
-            return self._alive(name) and (
-                where is None or peer_dc != my_dc or _dc(where) == peer_dc
-            )
+            return None if where is None else _dc(where)
 
-        return remote, local, can_pass_on
+        my_dc = _dc(core.me.locality)
+
+        def others_here() -> bool:
+            return any(n != core.name and dc_of(n) == my_dc for n in core.alive())
+
+        return seed_context(
+            my_dc, None if loc is None else _dc(loc), others_here, dc_of, self._alive
+        )
 
     def _near(self, name: str) -> bool:
         """Is ``name`` in our rack (or on our host)? Its requests may queue longer here."""

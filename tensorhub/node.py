@@ -19,11 +19,12 @@ from .core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.messages import Message
 from .core.swarm import SuperSeeder
+from .core.swarm.serve import NO_CONTEXT
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
 from .io import tcp, ucx
 from .io.shaping import WanShaper
 from .io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
-from .peer import ControlHandler, PeerHandler, SeedContext
+from .peer import ControlHandler, PeerHandler, SeedView
 from .store import LocalStore, Replica
 from .uploads import Uploads
 
@@ -88,7 +89,7 @@ class Node:
         self.uploads = Uploads()
         self.shaper: WanShaper | None = None
         """WAN emulation (off unless set: the launcher sets it from a topology)."""
-        self.seed_context: SeedContext | None = None
+        self.seed_context: SeedView | None = None
         """Where requesters are, for super-seeding (set by the layer that knows: the Hub)."""
 
     @classmethod
@@ -134,7 +135,7 @@ class Node:
             self.control,
             self.uploads,
             lambda peer, replica: (
-                self.seed_context(peer, replica) if self.seed_context else (False, False, None)
+                self.seed_context(peer, replica) if self.seed_context else NO_CONTEXT
             ),
             lambda: self.shaper,
         )

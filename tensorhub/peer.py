@@ -37,6 +37,8 @@ from .core.messages import (
     Message,
     Redirect,
 )
+from .core.swarm import SeedDecision
+from .core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
 from .io.shaping import WanShaper
 from .io.tcp import Connection
 from .store import LocalStore, Replica
@@ -47,9 +49,9 @@ log = logging.getLogger(__name__)
 ControlHandler = Callable[["PeerHandler", Message], None]
 """Receives a control-plane message (Raft, registry, gossip) that arrived on a connection."""
 
-SeedContext = Callable[[str, Replica], tuple[bool, bool, Callable[[str], bool] | None]]
-"""For a super-seeding origin: (requesting node, replica) → (the requester is in another
-datacenter, other nodes of ours are fetching this version, whether a node is alive)."""
+SeedView = Callable[[str, Replica], SeedContext]
+"""For a super-seeding origin: (requesting node, replica) → what it needs to know of the
+requester (:func:`~tensorhub.core.swarm.serve.seed_context`)."""
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
@@ -89,7 +91,7 @@ class PeerHandler:
         store: LocalStore,
         control: Mapping[type[Message], ControlHandler] | None = None,
         uploads: Uploads | None = None,
-        seed_context: SeedContext | None = None,
+        seed_context: SeedView | None = None,
         shaper: Callable[[], WanShaper | None] | None = None,
     ) -> None:
         self.conn = conn
@@ -227,15 +229,8 @@ class PeerHandler:
                 self._out.append(_Reply(ManifestData(msg.req, replica.manifest.root), replica))
             elif not 0 <= msg.chunk < replica.manifest.num_chunks:
                 self._out.append(_Reply(Error("bad_chunk", f"no chunk {msg.chunk}", msg.req)))
-            elif not replica.have[msg.chunk]:
-                if msg.chunk in replica.incoming:
-                    replica.park(msg.chunk, lambda: self._unpark(msg))
-                    return
-                self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
-            elif not self._uploads.admit(self.conn.peer or "?"):
-                self._out.append(_Reply(Error("busy", "upload queue full", msg.req)))
             else:
-                self._queue_chunk(msg, replica)
+                self._answer_chunk(msg, replica)
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         self._wake.set()
@@ -250,30 +245,45 @@ class PeerHandler:
         except ProtocolError as e:  # runs in another connection's callback: contain it
             self.conn.abort(e)
 
-    def _queue_chunk(self, msg: GetChunk, replica: Replica) -> None:
+    def _answer_chunk(self, msg: GetChunk, replica: Replica) -> None:
+        """Answer a request for a chunk of a version held here, as the serve core says."""
         peer = self.conn.peer or "?"
         seeder = replica.seeder
-        if seeder is not None:
-            now = asyncio.get_running_loop().time()
-            remote, local_busy, alive = (
-                self._seed_context(peer, replica) if self._seed_context else (False, False, None)
-            )
-            d = seeder.decide(
+        now = asyncio.get_running_loop().time()
+
+        def seed() -> SeedDecision:
+            assert seeder is not None
+            ctx = self._seed_context(peer, replica) if self._seed_context else NO_CONTEXT
+            return seeder.decide(
                 msg.chunk,
                 peer,
                 now,
-                remote=remote,
-                local_busy=local_busy,
-                alive=alive,
+                remote=ctx.remote,
+                local_busy=ctx.local_busy,
+                alive=ctx.can_pass_on,
                 spare=self._uploads.policy.has_spare(),
             )
-            if not d.serve:
-                self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))
-                return
-            seeder.sent(msg.chunk, peer, now)
-        replica.begin_upload()
-        grant = self._uploads.request(peer)
-        self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant))
+
+        d = serve_decision(
+            have=bool(replica.have[msg.chunk]),
+            incoming=msg.chunk in replica.incoming,
+            admit=lambda: self._uploads.admit(peer),
+            seed=seed if seeder is not None else None,
+        )
+        if d.verdict is Verdict.PARK:
+            replica.park(msg.chunk, lambda: self._unpark(msg))
+        elif d.verdict is Verdict.NO_CHUNK:
+            self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
+        elif d.verdict is Verdict.BUSY:
+            self._out.append(_Reply(Error("busy", "upload queue full", msg.req)))
+        elif d.verdict is Verdict.REDIRECT:
+            self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))
+        else:
+            if seeder is not None:
+                seeder.sent(msg.chunk, peer, now)
+            replica.begin_upload()
+            grant = self._uploads.request(peer)
+            self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant))
 
     async def _write_loop(self) -> None:
         conn = self.conn

@@ -40,7 +40,8 @@ from .core.gossip.membership import Status
 from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.manifest import Manifest
 from .core.naming import display_name
-from .core.swarm import ChunkPlanner, Failure, PlannerConfig, Request
+from .core.swarm import ChunkPlanner, PlannerConfig, Request
+from .core.swarm.session import Abandon, Action, FetchSession, Outcome, Send
 from .fetch import FetchResult
 from .io.tensors import TensorBytes, copy_chunk
 from .node import Node
@@ -140,6 +141,9 @@ async def swarm_fetch(
     if on_chunk is not None:
         on_chunk(replica, -1)  # announce the (empty) replica: we are a fetcher of this version
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
+    session = FetchSession(planner)
+    driver = _Driver(node, replica, session, locate)
+    trouble = session.trouble
 
     def use(hs: Iterable[Holder]) -> None:
         for h in hs:
@@ -154,8 +158,7 @@ async def swarm_fetch(
             statuses = health()
             for name in list(planner.sources):
                 if statuses.get(name) is Status.DEAD:
-                    trouble["holder dead"] += 1
-                    drop(name)
+                    driver.perform(session.source_dead(name))
             suspects = [n for n in planner.sources if statuses.get(n) is Status.SUSPECT]
             if len(suspects) < len(planner.sources):
                 # Ask the others meanwhile; but never suspend every source at once (under
@@ -163,168 +166,45 @@ async def swarm_fetch(
                 for name in suspects:
                     planner.suspend(name, refresh_ticks)
 
-    def drop(source: str) -> None:
-        """``source`` is gone: abandon what is in flight to it, return its chunks."""
-        for r in [r for r in tasks if r.source == source]:
-            abandon(r)
-        planner.remove_source(source)
-
-    running: dict[asyncio.Task[None], Request] = {}
-    tasks: dict[Request, asyncio.Task[None]] = {}
-    calls: dict[Request, tuple[PeerHandler, int]] = {}
-    scratch: dict[Request, list[memoryview]] = {}
-    began: dict[Request, float] = {}
     last_progress = time.monotonic()
-    trouble: Counter[str] = Counter()  # why requests failed, for the slow-fetch warning
-    received: Counter[str] = Counter()  # verified bytes by source
-    chunk_seconds = Histogram(CHUNK_BUCKETS)
     deadline = None if timeout is None else time.monotonic() + timeout
-
-    def start(r: Request) -> None:
-        into = None
-        if r.duplicate:  # an endgame copy: into scratch, copied over only if it wins
-            into = scratch[r] = [memoryview(bytearray(manifest.layout.chunk_len(r.chunk)))]
-
-        def issued(peer: PeerHandler, rid: int) -> None:
-            calls[r] = (peer, rid)
-
-        task = asyncio.ensure_future(_get(node, replica, r, into, issued))
-        running[task] = r
-        tasks[r] = task
-        began[r] = time.monotonic()
-        replica.incoming.add(r.chunk)  # peers asking for it meanwhile wait for it here
-
-    def finish(r: Request) -> None:
-        began.pop(r, None)
-        tasks.pop(r, None)
-        calls.pop(r, None)
-        scratch.pop(r, None)
-        if not any(q.chunk == r.chunk for q in tasks):  # no other copy of it on its way
-            replica.incoming.discard(r.chunk)
-            if not replica.have[r.chunk]:
-                replica.settle(r.chunk)  # who waited for it learns it is not coming yet
-
-    landing: set[PeerHandler] = set()  # abandoned since we last waited for their receives
-
-    def abandon(r: Request) -> None:
-        """Drop a losing copy now: its bytes can no longer reach the destination (but for
-        a UCX receive already posted: :func:`settled` waits for those)."""
-        call = calls.get(r)
-        if call is not None:
-            call[0].abandon(call[1])
-            landing.add(call[0])
-        task = tasks.get(r)
-        if task is not None:
-            running.pop(task, None)
-            if task.done():
-                _ = task.cancelled() or task.exception()  # retrieved: it lost the race
-            else:
-                task.cancel()
-        finish(r)
-
-    async def settled() -> None:
-        """Wait until no abandoned receive can still write into the destination."""
-        while landing:
-            await landing.pop().conn.quiesce()
-
-    async def won(r: Request) -> None:
-        received[r.source] += manifest.layout.chunk_len(r.chunk)
-        chunk_seconds.observe(time.monotonic() - began[r])
-        for loser in planner.received(r.chunk, r.source):
-            abandon(loser)
-        if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over
-            await settled()
-            src = scratch[r][0]
-            pos = 0
-            for part in replica.data.write_parts(r.chunk):
-                part[:] = src[pos : pos + len(part)]
-                pos += len(part)
-            replica.mark(r.chunk)
-        finish(r)
-
-    def lost(r: Request, err: BaseException) -> None:
-        finish(r)
-        if isinstance(err, ChecksumMismatch):
-            trouble["corrupt"] += 1
-            planner.failed(r.chunk, r.source, Failure.CORRUPT)
-        elif isinstance(err, Refused):
-            trouble["redirected"] += 1
-            planner.failed(r.chunk, r.source, Failure.REFUSED)
-            for name in err.holders:
-                found = locate(name) if locate is not None else None
-                if found is not None:
-                    planner.add_chunk(found[0], r.chunk, found[1])
-        elif isinstance(err, RemoteError) and err.code == "unknown_version":
-            trouble["withdrawn"] += 1
-            planner.failed(r.chunk, r.source, Failure.GONE)  # let go of it, or not there yet
-        elif isinstance(err, RemoteError):
-            trouble[err.code] += 1  # no_chunk: not verified there yet; busy: slots full
-            why = Failure.REFUSED if err.code == "busy" else Failure.MISSING
-            planner.failed(r.chunk, r.source, why)
-        elif isinstance(err, TransferError | OSError):
-            trouble["holder lost"] += 1
-            planner.remove_source(r.source)  # the holder is gone: its chunks return
-            planner.failed(r.chunk, r.source)
-        elif isinstance(err, TensorHubError):
-            trouble[type(err).__name__] += 1
-            planner.failed(r.chunk, r.source)
-        else:
-            raise err
-
     t_ticks = time.monotonic()
     use(holders)
     resync()
 
     def clock() -> None:
         """Advance the planner's ticks with wall time (TICK each), refreshing hints."""
-        while planner.now < (time.monotonic() - t_ticks) / TICK:
-            planner.tick()
-            if planner.now % refresh_ticks == 0:
-                resync()
+        if session.advance(int((time.monotonic() - t_ticks) / TICK), refresh_ticks):
+            resync()
 
     try:
         while not planner.done:
-            for r in planner.next_requests():
-                start(r)
+            driver.perform(session.requests(time.monotonic()))
             if deadline is not None and time.monotonic() > deadline:
                 raise _stuck(planner, model, version, trouble, f"not done after {timeout}s")
-            if not running:
+            if not driver.running:
                 if time.monotonic() - last_progress > stall_timeout:
                     raise _stuck(planner, model, version, trouble)
                 await asyncio.sleep(TICK)
                 clock()
                 continue
-            done, _ = await asyncio.wait(running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                driver.running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED
+            )
             clock()
-            now = time.monotonic()
-            for r in [r for r, t in began.items() if now - t > request_timeout]:
-                if r not in tasks:
-                    continue  # abandoned with an earlier one from the same source
-                # Alive to TCP but not sending (a hung holder): what else is in flight to
-                # it is stuck behind this one; ask others for all of it.
-                for q in [q for q in tasks if q.source == r.source]:
-                    trouble["timed out"] += 1
-                    abandon(q)
-                    planner.failed(q.chunk, q.source, Failure.TIMEOUT)
-            await settled()  # before another copy of a timed-out chunk can land
+            driver.perform(session.expire(time.monotonic(), request_timeout))
+            await driver.settled()  # before another copy of a timed-out chunk can land
             for task in done:
-                if task not in running:
-                    continue  # abandoned while it completed
-                r = running.pop(task)
-                err = TransferError("request cancelled") if task.cancelled() else task.exception()
-                if err is None:
-                    await won(r)
+                chunk = await driver.completed(task)
+                if chunk is not None:
                     last_progress = time.monotonic()
                     if on_chunk is not None:
-                        on_chunk(replica, r.chunk)
-                else:
-                    lost(r, err)
-        await settled()
+                        on_chunk(replica, chunk)
+        await driver.settled()
         replica.data.finalize()
     except BaseException:
-        for r in list(tasks):
-            abandon(r)  # nothing may write into the caller's tensors after we return
-        await asyncio.shield(settled())
+        driver.perform(session.abandon_all())  # nothing may write into the caller's tensors
+        await asyncio.shield(driver.settled())
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
     t2 = time.perf_counter()
@@ -351,8 +231,8 @@ async def swarm_fetch(
         t2 - t0,
         t1 - t0,
         dict(trouble),
-        dict(received),
-        chunk_seconds,
+        dict(driver.received),
+        driver.chunk_seconds,
     )
 
 
@@ -418,6 +298,117 @@ def _copy_local(
     dest.finalize()
     dt = time.perf_counter() - t0
     return FetchResult(model, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
+
+
+class _Driver:
+    """The asyncio side of one fetch: performs its :class:`FetchSession`'s actions on real
+    connections and turns each finished request back into an event for it."""
+
+    def __init__(
+        self, node: Node, replica: Replica, session: FetchSession, locate: Locate | None
+    ) -> None:
+        self.node, self.replica, self.session, self._locate = node, replica, session, locate
+        self.running: dict[asyncio.Task[None], Request] = {}
+        self._tasks: dict[Request, asyncio.Task[None]] = {}
+        self._calls: dict[Request, tuple[PeerHandler, int]] = {}
+        self._scratch: dict[Request, list[memoryview]] = {}
+        self._landing: set[PeerHandler] = set()  # abandoned since we last waited for them
+        self.received: Counter[str] = Counter()  # verified bytes by source
+        self.chunk_seconds = Histogram(CHUNK_BUCKETS)
+
+    def perform(self, actions: Iterable[Action]) -> None:
+        for a in actions:
+            if isinstance(a, Send):
+                self._start(a.request)
+            elif isinstance(a, Abandon):
+                self._abandon(a.request)
+            else:
+                self.replica.incoming.discard(a.chunk)
+                if not a.held:
+                    self.replica.settle(a.chunk)  # who waited for it hears it is not coming
+
+    def _start(self, r: Request) -> None:
+        into = None
+        if r.duplicate:  # an endgame copy: into scratch, copied over only if it wins
+            n = self.replica.manifest.layout.chunk_len(r.chunk)
+            into = self._scratch[r] = [memoryview(bytearray(n))]
+
+        def issued(peer: PeerHandler, rid: int) -> None:
+            self._calls[r] = (peer, rid)
+
+        task = asyncio.ensure_future(_get(self.node, self.replica, r, into, issued))
+        self.running[task] = r
+        self._tasks[r] = task
+        self.replica.incoming.add(r.chunk)  # peers asking for it meanwhile wait for it here
+
+    def _forget(self, r: Request) -> None:
+        self._tasks.pop(r, None)
+        self._calls.pop(r, None)
+        self._scratch.pop(r, None)
+
+    def _abandon(self, r: Request) -> None:
+        """Drop a request now: its bytes can no longer reach the destination (but for a UCX
+        receive already posted: :meth:`settled` waits for those)."""
+        call = self._calls.get(r)
+        if call is not None:
+            call[0].abandon(call[1])
+            self._landing.add(call[0])
+        task = self._tasks.get(r)
+        if task is not None:
+            self.running.pop(task, None)
+            if task.done():
+                _ = task.cancelled() or task.exception()  # retrieved: it lost the race
+            else:
+                task.cancel()
+        self._forget(r)
+
+    async def settled(self) -> None:
+        """Wait until no abandoned receive can still write into the destination."""
+        while self._landing:
+            await self._landing.pop().conn.quiesce()
+
+    async def completed(self, task: asyncio.Task[None]) -> int | None:
+        """A request's task ended: tell the session; the chunk if it landed."""
+        r = self.running.pop(task, None)
+        if r is None:
+            return None  # abandoned while it completed
+        err = TransferError("request cancelled") if task.cancelled() else task.exception()
+        if err is not None:
+            self._forget(r)
+            outcome, holders = self._outcome(err)
+            self.perform(self.session.failed(r, outcome, holders))
+            return None
+        self.received[r.source] += self.replica.manifest.layout.chunk_len(r.chunk)
+        self.chunk_seconds.observe(time.monotonic() - self.session.issued_at[r])
+        actions = self.session.verified(r)
+        self.perform(a for a in actions if isinstance(a, Abandon))
+        if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over
+            await self.settled()
+            src, pos = self._scratch[r][0], 0
+            for part in self.replica.data.write_parts(r.chunk):
+                part[:] = src[pos : pos + len(part)]
+                pos += len(part)
+            self.replica.mark(r.chunk)
+        self._forget(r)
+        self.perform(a for a in actions if not isinstance(a, Abandon))
+        return r.chunk
+
+    def _outcome(self, err: BaseException) -> tuple[Outcome, list[tuple[str, int]]]:
+        """What an exception from a chunk request means to the session."""
+        if isinstance(err, ChecksumMismatch):
+            return Outcome.CORRUPT, []
+        if isinstance(err, Refused):
+            found = [self._locate(n) if self._locate else None for n in err.holders]
+            return Outcome.REDIRECTED, [f for f in found if f is not None]
+        if isinstance(err, RemoteError):
+            if err.code == "unknown_version":
+                return Outcome.WITHDRAWN, []  # let go of it, or not there yet
+            return (Outcome.BUSY if err.code == "busy" else Outcome.NOT_YET), []
+        if isinstance(err, TransferError | OSError):
+            return Outcome.LOST, []
+        if isinstance(err, TensorHubError):
+            return Outcome.FAILED, []
+        raise err
 
 
 async def _get(

@@ -2,7 +2,7 @@
 serving side's: upload slots and super-seeding."""
 
 from .planner import ChunkPlanner, Failure, PlannerConfig, Request, SourceInfo, wan_owner
-from .seeding import SuperSeeder
+from .seeding import SeedDecision, SuperSeeder
 from .slots import UploadSlots
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "Failure",
     "PlannerConfig",
     "Request",
+    "SeedDecision",
     "SourceInfo",
     "SuperSeeder",
     "UploadSlots",

@@ -1,0 +1,113 @@
+"""The serving side's decision for one chunk request, pure: what the node's peer handler
+and the simulator both run.
+
+A holder asked for a chunk answers one of five ways (:class:`Verdict`), in this order:
+
+1. It lacks the chunk. If the chunk is on its way here, the request is *parked* until it
+   is verified (or is not coming after all): "not yet" would only send the asker to
+   retry. Otherwise: NO_CHUNK. (The simulator's coarse chunks may be served while they
+   arrive, ``cut_through``: a named departure, since a real 4 MiB chunk is served only
+   once verified.)
+2. Its upload queue is full for this asker: BUSY (the asker tries another holder instead
+   of holding one of its few request slots in our queue).
+3. It is a super-seeding origin and this chunk already went out to someone who can pass
+   it on: REDIRECT to them.
+4. Else SERVE (and an origin records whom it sent the chunk to).
+
+Who counts as "able to pass it on" depends on datacenters: :func:`seed_context` is the one
+rule, fed by gossip's membership on the node and by the cluster model in the simulator.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .seeding import SeedDecision
+
+
+class Verdict(enum.Enum):
+    SERVE = "serve"
+    PARK = "park"
+    NO_CHUNK = "no_chunk"
+    BUSY = "busy"
+    REDIRECT = "redirect"
+
+
+@dataclass(frozen=True)
+class ServeDecision:
+    verdict: Verdict
+    holders: tuple[str, ...] = ()
+    """REDIRECT: the nodes the chunk went to (ask them)."""
+
+
+def serve_decision(
+    *,
+    have: bool,
+    incoming: bool,
+    admit: Callable[[], bool],
+    seed: Callable[[], SeedDecision] | None = None,
+    cut_through: bool = False,
+) -> ServeDecision:
+    """How to answer a request for a chunk of a version held here (see the module
+    docstring). ``admit`` and ``seed`` are asked only when the answer depends on them:
+    ``admit`` counts refusals, and ``seed`` looks at the membership view."""
+    if not have:
+        if not incoming:
+            return ServeDecision(Verdict.NO_CHUNK)
+        if not cut_through:
+            return ServeDecision(Verdict.PARK)
+    if not admit():
+        return ServeDecision(Verdict.BUSY)
+    if seed is not None:
+        d = seed()
+        if not d.serve:
+            return ServeDecision(Verdict.REDIRECT, d.holders)
+    return ServeDecision(Verdict.SERVE)
+
+
+@dataclass(frozen=True)
+class SeedContext:
+    """What a super-seeding origin needs to know about an asker (see SuperSeeder.decide)."""
+
+    remote: bool
+    """The asker is in another datacenter."""
+    local_busy: bool
+    """Our datacenter has other live members: they carry the version across the WAN."""
+    can_pass_on: Callable[[str], bool] | None
+    """Whether a node that got a chunk from us is alive and placed to pass it to the asker
+    (None: nothing known)."""
+
+
+NO_CONTEXT = SeedContext(False, False, None)
+
+D = TypeVar("D", bound=Hashable)
+"""A datacenter's name: the node's locality prefix, the simulator's index."""
+
+
+def seed_context(
+    my_dc: D,
+    peer_dc: D | None,
+    others_here: Callable[[], bool],
+    dc_of: Callable[[str], D | None],
+    alive: Callable[[str], bool],
+) -> SeedContext:
+    """The one rule for both shells. ``peer_dc``: the asker's datacenter (None: unknown);
+    ``others_here``: whether our datacenter has other live members (asked only for a
+    remote asker); ``dc_of``: a node's datacenter; ``alive``: the membership view.
+
+    For an asker of our own datacenter, a recipient in another one would have to send the
+    chunk back across the WAN: as good as gone. A remote asker is meant to get it from our
+    datacenter's recipients: they carry it across."""
+    remote = peer_dc is not None and peer_dc != my_dc
+    local_busy = remote and others_here()
+    if peer_dc is None:
+        return SeedContext(remote, local_busy, alive)
+
+    def can_pass_on(name: str) -> bool:
+        where = dc_of(name)
+        return alive(name) and (where is None or remote or where == peer_dc)
+
+    return SeedContext(remote, local_busy, can_pass_on)

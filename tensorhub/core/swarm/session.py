@@ -1,0 +1,243 @@
+"""One fetch's request lifecycle, pure: what the node's driver and the simulator both run.
+
+The :class:`ChunkPlanner` decides which chunk to ask of whom. Around it, a fetch needs
+more policy: how each way a request can end maps onto the planner (a corrupt chunk is a
+strike, "busy" a short block, a lost connection drops the source), which copies lose when
+one lands (endgame), when a chunk is no longer on its way (so a peer parked on it hears
+"not here"), what a hung source costs (everything in flight to it), and how the planner's
+ticks follow time. The node and the simulator used to write that twice, differently; now
+both feed a :class:`FetchSession` events and perform the actions it returns, in the style
+of etcd/raft's ``RawNode`` (inputs in, a list of things to do out; no I/O, no clock, no
+randomness of its own: time is an argument and the planner's RNG is given).
+
+A request's life is an explicit table (after h11's ``_state.py``)::
+
+    ISSUED ──receiving──▶ RECEIVING
+    ISSUED | RECEIVING ──verified──▶ VERIFIED
+    ISSUED | RECEIVING ──failed────▶ FAILED
+    ISSUED | RECEIVING ──abandon───▶ ABANDONED
+
+VERIFIED, FAILED and ABANDONED are final: an event for a request in a final state (an
+endgame loser whose reply still arrived, a reply after a timeout gave up on it) changes
+nothing and returns no action; any other pair is a bug and raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .planner import ChunkPlanner, Failure, Request
+
+
+class Phase(enum.Enum):
+    ISSUED = "issued"  # sent (or about to be), nothing back yet
+    RECEIVING = "receiving"  # its payload is arriving
+    VERIFIED = "verified"  # it landed and matched the manifest's digest
+    FAILED = "failed"  # the source answered otherwise, or the connection broke
+    ABANDONED = "abandoned"  # we gave up on it: another copy won, or its source hung/died
+
+
+FINAL = frozenset({Phase.VERIFIED, Phase.FAILED, Phase.ABANDONED})
+
+_NEXT: dict[tuple[Phase, str], Phase] = {
+    (Phase.ISSUED, "receiving"): Phase.RECEIVING,
+    (Phase.ISSUED, "verified"): Phase.VERIFIED,
+    (Phase.RECEIVING, "verified"): Phase.VERIFIED,
+    (Phase.ISSUED, "failed"): Phase.FAILED,
+    (Phase.RECEIVING, "failed"): Phase.FAILED,
+    (Phase.ISSUED, "abandon"): Phase.ABANDONED,
+    (Phase.RECEIVING, "abandon"): Phase.ABANDONED,
+}
+
+
+class Outcome(enum.Enum):
+    """How a request ended other than verified; the value names it in ``trouble``."""
+
+    CORRUPT = "corrupt"  # the bytes did not match the manifest's digest
+    REDIRECTED = "redirected"  # an origin sent the chunk out already: ask those holders
+    WITHDRAWN = "withdrawn"  # the source does not hold the version (let go, stale hint)
+    NOT_YET = "no_chunk"  # the source lacks the chunk: not verified there yet, stale hint
+    BUSY = "busy"  # the source's upload queue is full
+    LOST = "holder lost"  # the connection broke, or the source died
+    FAILED = "failed"  # anything else the source answered
+
+
+_FAILURE: dict[Outcome, str] = {
+    Outcome.CORRUPT: Failure.CORRUPT,
+    Outcome.REDIRECTED: Failure.REFUSED,
+    Outcome.WITHDRAWN: Failure.GONE,
+    Outcome.NOT_YET: Failure.MISSING,
+    Outcome.BUSY: Failure.REFUSED,
+    Outcome.LOST: Failure.ERROR,
+    Outcome.FAILED: Failure.ERROR,
+}
+
+
+@dataclass(frozen=True)
+class Send:
+    """Ask ``request.source`` for ``request.chunk`` (into scratch if a duplicate)."""
+
+    request: Request
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """Stop ``request`` now: none of its bytes may land in the destination any more."""
+
+    request: Request
+
+
+@dataclass(frozen=True)
+class Settle:
+    """No copy of ``chunk`` is on its way any more: it is held now (``held``), or it is
+    not coming yet, and a peer waiting for it here must hear so."""
+
+    chunk: int
+    held: bool
+
+
+Action = Send | Abandon | Settle
+
+
+class FetchSession:
+    """Requests of one fetch, from issue to their end, driving one :class:`ChunkPlanner`."""
+
+    def __init__(self, planner: ChunkPlanner) -> None:
+        self.planner = planner
+        self.phase: dict[Request, Phase] = {}
+        """Requests not yet ended (a final phase leaves this map)."""
+        self.issued_at: dict[Request, float] = {}
+        self.trouble: Counter[str] = Counter()
+        """Why requests failed, by name: for the slow-fetch warning and the stuck error."""
+        self._copies: Counter[int] = Counter()  # chunk → requests for it not yet ended
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def advance(self, ticks: int, every: int = 0) -> bool:
+        """Catch the planner up to tick ``ticks``; whether a multiple of ``every`` was
+        passed on the way (the driver then refreshes holder hints)."""
+        due = False
+        while self.planner.now < ticks:
+            self.planner.tick()
+            due = due or bool(every and self.planner.now % every == 0)
+        return due
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def requests(self, now: float) -> list[Action]:
+        """New requests to send now, within the planner's limits."""
+        out: list[Action] = []
+        for r in self.planner.next_requests():
+            self.phase[r] = Phase.ISSUED
+            self.issued_at[r] = now
+            self._copies[r.chunk] += 1
+            out.append(Send(r))
+        return out
+
+    def receiving(self, r: Request) -> None:
+        """``r``'s payload began to arrive."""
+        self._step(r, "receiving")
+
+    def verified(self, r: Request) -> list[Action]:
+        """``r`` landed and matched: every other copy of its chunk loses."""
+        if not self._step(r, "verified"):
+            return []
+        losers = self.planner.received(r.chunk, r.source)
+        out: list[Action] = [a for q in losers if (a := self._abandon(q)) is not None]
+        return out + self._end(r, held=True)
+
+    def failed(
+        self, r: Request, outcome: Outcome, holders: Sequence[tuple[str, int]] = ()
+    ) -> list[Action]:
+        """``r`` ended without its chunk. ``holders``: where a redirect says the chunk went,
+        as (address, tier) of those we can reach."""
+        if not self._step(r, "failed"):
+            return []
+        self.trouble[outcome.value] += 1
+        p = self.planner
+        if outcome is Outcome.LOST:
+            p.remove_source(r.source)  # the holder is gone: its chunks return to the pool
+        p.failed(r.chunk, r.source, _FAILURE[outcome])
+        for addr, tier in holders:
+            p.add_chunk(addr, r.chunk, tier)
+        return self._end(r, held=False)
+
+    def source_dead(self, source: str) -> list[Action]:
+        """The holder view declared ``source`` dead: abandon what is in flight to it and
+        forget it (a hung process keeps its connections open, so nothing else would tell)."""
+        self.trouble["holder dead"] += 1
+        out = self._abandon_all(q for q in self.phase if q.source == source)
+        self.planner.remove_source(source)
+        return out
+
+    def expire(self, now: float, timeout: float) -> list[Action]:
+        """Requests unanswered for ``timeout``: their source hangs (alive to TCP, sending
+        nothing), so everything in flight to it is stuck behind them; ask others for all
+        of it, and leave the source alone a while."""
+        hung = {r.source for r, t in self.issued_at.items() if now - t > timeout}
+        out: list[Action] = []
+        for q in [q for q in self.phase if q.source in hung]:
+            self.trouble["timed out"] += 1
+            out += self._abandon_all([q])
+            self.planner.failed(q.chunk, q.source, Failure.TIMEOUT)
+        return out
+
+    def abandon_all(self) -> list[Action]:
+        """The fetch ends (failed, cancelled): nothing may land after this."""
+        return self._abandon_all(list(self.phase))
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _step(self, r: Request, event: str) -> bool:
+        """Move ``r`` on ``event``; False if it already ended (the event is moot)."""
+        phase = self.phase.get(r)
+        if phase is None:
+            return False  # ended: its phase was final
+        nxt = _NEXT.get((phase, event))
+        if nxt is None:
+            raise RuntimeError(f"request {r} cannot go {event!r} from {phase.value}")
+        if nxt in FINAL:
+            del self.phase[r]
+            self.issued_at.pop(r, None)
+        else:
+            self.phase[r] = nxt
+        return True
+
+    def _abandon(self, r: Request) -> Action | None:
+        """``r`` loses (its planner accounting was done by the caller): the driver stops it.
+        Its chunk's settling is left to whoever ends the chunk's last copy."""
+        if not self._step(r, "abandon"):
+            return None
+        self._copies[r.chunk] -= 1
+        return Abandon(r)
+
+    def _abandon_all(self, requests: Iterable[Request]) -> list[Action]:
+        out: list[Action] = []
+        for r in list(requests):
+            a = self._abandon(r)
+            if a is not None:
+                out.append(a)
+                out += self._settle_if_last(r.chunk)
+        return out
+
+    def _end(self, r: Request, held: bool) -> list[Action]:
+        self._copies[r.chunk] -= 1
+        if held:
+            self._copies.pop(r.chunk, None)
+            return [Settle(r.chunk, True)]
+        return self._settle_if_last(r.chunk)
+
+    def _settle_if_last(self, chunk: int) -> list[Action]:
+        if self._copies[chunk] > 0:
+            return []
+        del self._copies[chunk]
+        if self.planner.have[chunk]:
+            return []  # settled when it was verified
+        return [Settle(chunk, False)]
+
+    def copies(self, chunk: int) -> int:
+        """Requests for ``chunk`` not yet ended (0: it is not on its way here)."""
+        return self._copies.get(chunk, 0)

@@ -1,0 +1,97 @@
+"""The serve core: how a holder answers a chunk request, and the super-seeding context.
+
+The node's PeerHandler and the simulator's holders both answer through these functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorhub.core.swarm import SeedDecision
+from tensorhub.core.swarm.serve import (
+    SeedContext,
+    ServeDecision,
+    Verdict,
+    seed_context,
+    serve_decision,
+)
+
+SERVE, REFUSE = SeedDecision(True), SeedDecision(False, ("x", "y"))
+
+
+@pytest.mark.parametrize(
+    ("have", "incoming", "admit", "seed", "cut_through", "want"),
+    [
+        (True, False, True, None, False, ServeDecision(Verdict.SERVE)),
+        (False, False, True, None, False, ServeDecision(Verdict.NO_CHUNK)),
+        (False, True, True, None, False, ServeDecision(Verdict.PARK)),
+        (False, True, True, None, True, ServeDecision(Verdict.SERVE)),  # the sim's option
+        (False, False, True, None, True, ServeDecision(Verdict.NO_CHUNK)),
+        (True, False, False, None, False, ServeDecision(Verdict.BUSY)),
+        (True, False, True, REFUSE, False, ServeDecision(Verdict.REDIRECT, ("x", "y"))),
+        (True, False, True, SERVE, False, ServeDecision(Verdict.SERVE)),
+        (True, False, False, REFUSE, False, ServeDecision(Verdict.BUSY)),  # busy comes first
+    ],
+)
+def test_the_verdicts_in_their_order(
+    have: bool,
+    incoming: bool,
+    admit: bool,
+    seed: SeedDecision | None,
+    cut_through: bool,
+    want: ServeDecision,
+) -> None:
+    asked: list[str] = []
+
+    def admit_fn() -> bool:
+        asked.append("admit")
+        return admit
+
+    def seed_fn() -> SeedDecision:
+        asked.append("seed")
+        assert seed is not None
+        return seed
+
+    got = serve_decision(
+        have=have,
+        incoming=incoming,
+        admit=admit_fn,
+        seed=seed_fn if seed is not None else None,
+        cut_through=cut_through,
+    )
+    assert got == want
+    # admit (which counts refusals) and the seeder are asked only when they decide
+    if want.verdict in (Verdict.NO_CHUNK, Verdict.PARK):
+        assert asked == []
+    if want.verdict is Verdict.BUSY:
+        assert asked == ["admit"]
+
+
+DC = {"a1": "A", "a2": "A", "b1": "B", "b2": "B"}
+
+
+def context(peer: str, others: bool = True, dead: frozenset[str] = frozenset()) -> SeedContext:
+    return seed_context(
+        "A", DC.get(peer), lambda: others, DC.get, lambda n: n in DC and n not in dead
+    )
+
+
+def test_a_remote_asker_counts_our_members_and_its_own_recipients() -> None:
+    ctx = context("b1")
+    assert ctx.remote and ctx.local_busy and ctx.can_pass_on is not None
+    # A remote asker may get a chunk from any live recipient: ours carry it across.
+    assert ctx.can_pass_on("a2") and ctx.can_pass_on("b2")
+    assert not context("b1", others=False).local_busy
+    dead = context("b1", dead=frozenset({"a2"})).can_pass_on
+    assert dead is not None and not dead("a2")
+
+
+def test_a_local_asker_is_not_sent_back_across_the_wan() -> None:
+    ctx = context("a2")
+    assert not ctx.remote and not ctx.local_busy and ctx.can_pass_on is not None
+    assert ctx.can_pass_on("a1") and not ctx.can_pass_on("b1")
+
+
+def test_an_unknown_asker_gets_the_plain_liveness_view() -> None:
+    ctx = context("stranger")
+    assert not ctx.remote and not ctx.local_busy
+    assert ctx.can_pass_on is not None and ctx.can_pass_on("b1") and not ctx.can_pass_on("zz")
