@@ -143,63 +143,27 @@ async def swarm_fetch(
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
     session = FetchSession(planner)
     driver = _Driver(node, replica, session, locate)
-    trouble = session.trouble
-
-    def use(hs: Iterable[Holder]) -> None:
-        for h in hs:
-            planner.set_source(h.addr, h.tier, h.chunks, origin=h.origin)
 
     def resync() -> None:
         if refresh is not None:
             hs, fetchers, members = refresh()
-            use(hs)
+            _use(planner, hs)
             planner.set_dc_fetchers(fetchers, members)
         if health is not None:
-            statuses = health()
-            for name in list(planner.sources):
-                if statuses.get(name) is Status.DEAD:
-                    driver.perform(session.source_dead(name))
-            suspects = [n for n in planner.sources if statuses.get(n) is Status.SUSPECT]
-            if len(suspects) < len(planner.sources):
-                # Ask the others meanwhile; but never suspend every source at once (under
-                # load, suspicion of a live node is common: the fetch would only stall).
-                for name in suspects:
-                    planner.suspend(name, refresh_ticks)
+            _apply_health(session, driver, health(), refresh_ticks)
 
-    last_progress = time.monotonic()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    t_ticks = time.monotonic()
-    use(holders)
+    _use(planner, holders)
     resync()
-
-    def clock() -> None:
-        """Advance the planner's ticks with wall time (TICK each), refreshing hints."""
-        if session.advance(int((time.monotonic() - t_ticks) / TICK), refresh_ticks):
-            resync()
-
     try:
-        while not planner.done:
-            driver.perform(session.requests(time.monotonic()))
-            if deadline is not None and time.monotonic() > deadline:
-                raise _stuck(planner, model, version, trouble, f"not done after {timeout}s")
-            if not driver.running:
-                if time.monotonic() - last_progress > stall_timeout:
-                    raise _stuck(planner, model, version, trouble)
-                await asyncio.sleep(TICK)
-                clock()
-                continue
-            done, _ = await asyncio.wait(
-                driver.running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED
-            )
-            clock()
-            driver.perform(session.expire(time.monotonic(), request_timeout))
-            await driver.settled()  # before another copy of a timed-out chunk can land
-            for task in done:
-                chunk = await driver.completed(task)
-                if chunk is not None:
-                    last_progress = time.monotonic()
-                    if on_chunk is not None:
-                        on_chunk(replica, chunk)
+        await _fetch_loop(
+            driver,
+            resync,
+            refresh_ticks,
+            on_chunk=on_chunk,
+            stall_timeout=stall_timeout,
+            request_timeout=request_timeout,
+            timeout=timeout,
+        )
         await driver.settled()
         replica.data.finalize()
     except BaseException:
@@ -208,7 +172,7 @@ async def swarm_fetch(
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
     t2 = time.perf_counter()
-    if t2 - t0 > slow_after(replica.manifest.total_bytes):
+    if t2 - t0 > slow_after(manifest.total_bytes):
         log.warning(
             "%s: fetch of %s v%d took %.1fs, slower than %.0f MB/s (manifest %.1fs; failed "
             "requests: %s; WAN requests %d; sources %s)",
@@ -218,7 +182,7 @@ async def swarm_fetch(
             t2 - t0,
             SLOW_FETCH_RATE / 1e6,
             t1 - t0,
-            dict(trouble) or "none",
+            dict(session.trouble) or "none",
             planner.wan_requests,
             sorted((s.tier, n) for n, s in planner.sources.items()),
         )
@@ -230,10 +194,76 @@ async def swarm_fetch(
         manifest.num_chunks,
         t2 - t0,
         t1 - t0,
-        dict(trouble),
+        dict(session.trouble),
         dict(driver.received),
         driver.chunk_seconds,
     )
+
+
+def _use(planner: ChunkPlanner, holders: Iterable[Holder]) -> None:
+    for h in holders:
+        planner.set_source(h.addr, h.tier, h.chunks, origin=h.origin)
+
+
+def _apply_health(
+    session: FetchSession, driver: _Driver, statuses: Mapping[str, Status], ticks: int
+) -> None:
+    """Drop sources gossip declared dead (their requests are reissued at once); ask
+    suspects for nothing new for ``ticks``, unless every source is suspect (under load,
+    suspicion of a live node is common: the fetch would only stall)."""
+    planner = session.planner
+    for name in list(planner.sources):
+        if statuses.get(name) is Status.DEAD:
+            driver.perform(session.source_dead(name))
+    suspects = [n for n in planner.sources if statuses.get(n) is Status.SUSPECT]
+    if len(suspects) < len(planner.sources):
+        for name in suspects:
+            planner.suspend(name, ticks)
+
+
+async def _fetch_loop(
+    driver: _Driver,
+    resync: Callable[[], None],
+    refresh_ticks: int,
+    *,
+    on_chunk: Callable[[Replica, int], None] | None,
+    stall_timeout: float,
+    request_timeout: float,
+    timeout: float | None,
+) -> None:
+    """Issue, wait, tell the session, until every chunk is verified (or it is stuck)."""
+    session, planner, replica = driver.session, driver.session.planner, driver.replica
+    model, version = replica.model, replica.version
+    t_ticks = last_progress = time.monotonic()
+    deadline = None if timeout is None else t_ticks + timeout
+
+    def clock() -> None:
+        """Advance the planner's ticks with wall time (TICK each), refreshing hints."""
+        if session.advance(int((time.monotonic() - t_ticks) / TICK), refresh_ticks):
+            resync()
+
+    while not planner.done:
+        driver.perform(session.requests(time.monotonic()))
+        if deadline is not None and time.monotonic() > deadline:
+            raise _stuck(planner, model, version, session.trouble, f"not done after {timeout}s")
+        if not driver.running:
+            if time.monotonic() - last_progress > stall_timeout:
+                raise _stuck(planner, model, version, session.trouble)
+            await asyncio.sleep(TICK)
+            clock()
+            continue
+        done, _ = await asyncio.wait(
+            driver.running, timeout=TICK, return_when=asyncio.FIRST_COMPLETED
+        )
+        clock()
+        driver.perform(session.expire(time.monotonic(), request_timeout))
+        await driver.settled()  # before another copy of a timed-out chunk can land
+        for task in done:
+            chunk = await driver.completed(task)
+            if chunk is not None:
+                last_progress = time.monotonic()
+                if on_chunk is not None:
+                    on_chunk(replica, chunk)
 
 
 def _stuck(

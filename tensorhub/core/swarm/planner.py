@@ -58,6 +58,7 @@ from ..gossip.holders import SAME_RACK
 
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
+_NONE = 1 << 30  # "no rank": no holder of a chunk may be asked now
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -511,51 +512,60 @@ class ChunkPlanner:
             if not self._bucketed[c]:
                 continue
             patience -= 1
-            # One pass over the holders: the best rank, and the least-loaded free source
-            # at that rank (a chunk is only ever asked of its nearest holders).
-            best, src = 1 << 30, None
-            for n in self._holders_of(c):
-                r = rank_of.get(n)
-                if r is None or r > best or (n, c) in blocked:
-                    continue
-                if r < best:
-                    best, src = r, None
-                if n in free and (
-                    src is None or (self.sources[n].inflight, n) < (self.sources[src].inflight, src)
-                ):
-                    src = n
-            if best == 1 << 30:
+            best, src = self._nearest(c, rank_of, free)
+            if best == _NONE:
                 # Every holder is backed off or has this chunk blocked: out of the pool
                 # until the first of them may be asked again (or a new holder appears), so
                 # that later scans do not spend their patience on it.
                 self._sleep(c, self._unblocked_at(c))
                 continue
-            wan = best >= 2 * WAN_TIER
-            if wan:
-                back = self._near_holder_back_at(c, 2 * WAN_TIER)
-                if back is not None:
-                    # A holder in our datacenter is only backed off (busy, refused): wait
-                    # for it. Crossing the WAN for a chunk the DC has costs far more.
-                    self._sleep(c, back)
-                    continue
-                if not self._may_cross_wan(c):
-                    continue
-            elif best >= 2 * RACK_TIER and self.cfg.rack_owners:
-                back = self._near_holder_back_at(c, 2 * RACK_TIER)
-                if back is not None:
-                    self._sleep(c, back)  # a rack-mate has it and is only busy: wait for it
-                    continue
-                if not self._may_enter_rack(c):
-                    continue
-            if src is None:
-                continue  # its nearest holders are busy
+            if not self._may_go(c, best) or src is None:
+                continue  # not our turn to bring it here, or its nearest holders are busy
             out.append(self._request(src, c, duplicate=False))
             patience = SCAN_PATIENCE + 2 * budget
             if self.sources[src].inflight >= self.cfg.per_source:
                 free.discard(src)
-            if wan:
+            if best >= 2 * WAN_TIER:
                 self.wan_requests += 1
         return out
+
+    def _nearest(self, c: int, rank_of: dict[str, int], free: set[str]) -> tuple[int, str | None]:
+        """One pass over ``c``'s holders: the best rank, and the least-loaded free source at
+        that rank (a chunk is only ever asked of its nearest holders); (_NONE, None) if no
+        holder may be asked."""
+        best, src = _NONE, None
+        blocked = self._blocked
+        for n in self._holders_of(c):
+            r = rank_of.get(n)
+            if r is None or r > best or (n, c) in blocked:
+                continue
+            if r < best:
+                best, src = r, None
+            if n in free and (
+                src is None or (self.sources[n].inflight, n) < (self.sources[src].inflight, src)
+            ):
+                src = n
+        return best, src
+
+    def _may_go(self, c: int, best: int) -> bool:
+        """Whether ``c`` may be fetched from rank ``best`` now: across the WAN or into our
+        rack only on our turn, and never past a nearer holder that is only backed off
+        (then ``c`` sleeps until it is back)."""
+        if best >= 2 * WAN_TIER:
+            back = self._near_holder_back_at(c, 2 * WAN_TIER)
+            if back is not None:
+                # A holder in our datacenter is only backed off (busy, refused): wait for
+                # it. Crossing the WAN for a chunk the DC has costs far more.
+                self._sleep(c, back)
+                return False
+            return self._may_cross_wan(c)
+        if best >= 2 * RACK_TIER and self.cfg.rack_owners:
+            back = self._near_holder_back_at(c, 2 * RACK_TIER)
+            if back is not None:
+                self._sleep(c, back)  # a rack-mate has it and is only busy: wait for it
+                return False
+            return self._may_enter_rack(c)
+        return True
 
     def _may_cross_wan(self, chunk: int) -> bool:
         """May we fetch ``chunk`` across the WAN now? If not, it sleeps until it might."""
