@@ -99,5 +99,9 @@ def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
     # received it; a killed sender could not report its own last uploads).
     assert 0.5 < data["wan_bytes_in_per_version_in_models"]["dc2"] < 2.5
     assert data["bytes_uploaded_by_dc_link"].get("dc1>dc2", 0) > 0
-    for v in data["versions"]:  # bytes per link, per version: each crossed into dc2
-        assert v["bytes_received_by_dc_link"].get("dc1>dc2", 0) > 0
+    dc_of = {n["name"]: n["at"].split("/")[0] for n in data["topology"]["nodes"]}
+    for v in data["versions"]:  # bytes per link, per version: each crossed into dc2...
+        # ...where dc2 got it at all: with the leader (a dc2 voter) and a rollout killed,
+        # dc2's one survivor may fall a version behind and skip it (the failure above).
+        if any(f["verified"] and dc_of[f["who"]] == "dc2" for f in v["fetches"]):
+            assert v["bytes_received_by_dc_link"].get("dc1>dc2", 0) > 0, v
