@@ -21,7 +21,9 @@ a standalone RL step's updates take 1.05x their lower bound on average, a pure b
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import random
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +70,7 @@ class SwarmConfig:
     # its rack: 1.07x and 1.09x; the upload-queue sweep in docs/results.md).
     max_waiting: int = 1
     near_waiting: int = 2  # for a rack-mate, which has fewer holders to turn to
+    # (member_grace is set from hint_delay: see Swarm.__init__)
     planner: PlannerConfig = field(
         default_factory=lambda: PlannerConfig(
             owner_timeout=40, total=6, per_source=1, initial_random=1
@@ -142,6 +145,11 @@ class Swarm:
         # (a few chunk times); a fixed tick against coarse simulated chunks would time out
         # WAN owners long before a chunk could cross.
         self.tick = cfg.tick or self.chunk_bytes / nic
+        # The planner counts non-fetching members as WAN owners while gossip may not yet
+        # show who fetches: here a fetcher shows ``hint_delay`` after it begins.
+        self.planner_cfg = dataclasses.replace(
+            cfg.planner, member_grace=max(1, math.ceil(cfg.hint_delay / self.tick))
+        )
         self.rng = random.Random(seed)
         self.nodes: dict[str, _Node] = {}
         self.origins = list(origins)
@@ -184,7 +192,7 @@ class Swarm:
         for f in self.fetchers:
             node = self.nodes[f]
             rng = random.Random(self.rng.random())
-            node.planner = ChunkPlanner(f, cfg.chunks, rng, cfg.planner)
+            node.planner = ChunkPlanner(f, cfg.chunks, rng, self.planner_cfg)
             node.session = FetchSession(node.planner)
             others = [g for g in self.fetchers if g != f]
             rng.shuffle(others)
@@ -384,10 +392,15 @@ class Swarm:
             active.append(f)
         else:
             active.remove(f)
+        # As the node: our datacenter's fetchers, and its other live members (gossip learns
+        # who fetches too late for fetchers alone to be the candidate WAN owners).
+        members = [
+            n for n, node in self.nodes.items() if not node.dead and self.c.hosts[n].dc == dc
+        ]
         for g in active:
             p = self.nodes[g].planner
             if p is not None:
-                p.set_dc_fetchers(active)
+                p.set_dc_fetchers(active, members)
                 if g != f:
                     self._pump(g)  # turns changed: a chunk it waited on may be its own now
 

@@ -351,3 +351,18 @@ def test_a_silent_rack_owner_is_taken_over_after_owner_timeout() -> None:
     assert p.next_requests() == []
     p.tick()  # the mate has not been seen for owner_timeout ticks: not fetching after all
     assert {r.chunk for r in p.next_requests()} == set(range(16)) - mine
+
+
+def test_members_count_as_wan_owners_only_while_gossip_may_lag() -> None:
+    """A live member of our datacenter not known to fetch owns its share of the chunks for
+    ``member_grace`` ticks (it may be fetching: gossip has not said yet), then no longer:
+    a member that never fetches must not hold its chunks up for good."""
+    p = planner(me="a", n=64, total=64, per_source=64, member_grace=5, initial_random=0)
+    p.set_source("remote", 3, range(64))
+    p.set_dc_fetchers(["a"], ["m"])
+    mine = {c for c in range(64) if wan_owner(c, ["a", "m"]) == "a"}
+    assert 0 < len(mine) < 64
+    assert {r.chunk for r in p.next_requests()} == mine
+    for _ in range(5):
+        p.tick()
+    assert {r.chunk for r in p.next_requests()} == set(range(64)) - mine

@@ -85,6 +85,15 @@ class PlannerConfig:
     """A source that let a request time out (alive to TCP, yet sending nothing: a hung
     process) gets no new request for this long, so a stalled holder of our rack cannot
     draw the requests of the whole fetch back to it every backoff."""
+    member_grace: int = 100
+    """For this many ticks after a fetch begins, our datacenter's live members that are not
+    known to fetch count as candidate WAN owners too: fetchers that start together learn
+    of each other by gossip late, and with fetchers alone each believed itself the owner
+    of everything (3.6 model sizes crossed per remote datacenter). After it, only known
+    fetchers count: a member that does not fetch would hold each chunk it owns up for
+    ``owner_timeout`` (with members for good, the simulated cross-DC step's remote stall
+    was 2.58x its lower bound instead of 1.38x). Long enough for gossip to show who
+    fetches: in the node a tick is 10 ms, so 1 s."""
 
 
 class Failure:
@@ -171,6 +180,7 @@ class ChunkPlanner:
         self.dc_fetchers: list[str] = [me]
         self.dc_members: list[str] = []
         self._owners: dict[int, list[str]] = {}  # chunk -> its WAN owner order
+        self._began: int | None = None  # the tick of the first next_requests call
         self._rack: list[str] | None = None  # our rack's fetchers (None: to be derived)
         self._rack_owners: dict[int, list[str]] = {}  # chunk -> its rack owner order
         self.now = 0
@@ -297,6 +307,9 @@ class ChunkPlanner:
 
     def tick(self) -> None:
         self.now += 1
+        grace_ends = self._began is not None and self.now == self._began + self.cfg.member_grace
+        if grace_ends and self.dc_members:
+            self._reorder()  # members that are not fetching are no longer owners
         while self._alarms and self._alarms[0][0] <= self.now:
             until, c = heappop(self._alarms)
             if self._asleep.get(c) == until:
@@ -386,11 +399,16 @@ class ChunkPlanner:
         others = sorted(set(members) - set(fetchers))
         if fetchers != self.dc_fetchers or others != self.dc_members:
             self.dc_fetchers, self.dc_members = fetchers, others
-            self._owners.clear()
             self._rack = None
-            for c in list(self._asleep):  # turns changed: look again
-                del self._asleep[c]
-                self._return(c)
+            self._reorder()
+
+    def _reorder(self) -> None:
+        """The candidate owners changed: owner orders are computed again, and chunks that
+        slept on an owner's turn look again."""
+        self._owners.clear()
+        for c in list(self._asleep):
+            del self._asleep[c]
+            self._return(c)
 
     def received(self, chunk: int, source: str) -> list[Request]:
         """``chunk`` arrived verified from ``source``; returns duplicate requests to cancel."""
@@ -487,6 +505,8 @@ class ChunkPlanner:
 
     def next_requests(self) -> list[Request]:
         """New requests to send now, within every limit."""
+        if self._began is None:
+            self._began = self.now
         budget = self.cfg.total - self.inflight
         if budget <= 0:
             return []
@@ -571,7 +591,10 @@ class ChunkPlanner:
         """May we fetch ``chunk`` across the WAN now? If not, it sleeps until it might."""
         order = self._owners.get(chunk)
         if order is None:
-            order = self._owners[chunk] = owner_order(chunk, [*self.dc_fetchers, *self.dc_members])
+            members = (
+                self.dc_members if self.now < (self._began or 0) + self.cfg.member_grace else []
+            )
+            order = self._owners[chunk] = owner_order(chunk, [*self.dc_fetchers, *members])
         return self._our_turn(chunk, order, self._waiting)
 
     def _may_enter_rack(self, chunk: int) -> bool:
