@@ -70,6 +70,7 @@ class SwarmConfig:
     # its rack: 1.07x and 1.09x; the upload-queue sweep in docs/results.md).
     max_waiting: int = 1
     near_waiting: int = 2  # for a rack-mate, which has fewer holders to turn to
+    record: bool = False  # keep each fetch session's inputs (FetchSession.record)
     # (member_grace is set from hint_delay: see Swarm.__init__)
     planner: PlannerConfig = field(
         default_factory=lambda: PlannerConfig(
@@ -84,6 +85,7 @@ class _Node:
     have: bytearray
     planner: ChunkPlanner | None = None
     session: FetchSession | None = None  # the fetch's request lifecycle (the node's core)
+    planner_seed: float = 0.0  # its planner's RNG seed (to build the same one again)
     seeder: SuperSeeder | None = None
     slots: UploadSlots = field(default_factory=UploadSlots)
     queued: dict[int, Callable[[], None]] = field(default_factory=dict)  # ticket → start
@@ -191,9 +193,10 @@ class Swarm:
         cfg = self.cfg
         for f in self.fetchers:
             node = self.nodes[f]
-            rng = random.Random(self.rng.random())
+            node.planner_seed = self.rng.random()
+            rng = random.Random(node.planner_seed)
             node.planner = ChunkPlanner(f, cfg.chunks, rng, self.planner_cfg)
-            node.session = FetchSession(node.planner)
+            session = node.session = FetchSession(node.planner, [] if cfg.record else None)
             others = [g for g in self.fetchers if g != f]
             rng.shuffle(others)
             others.sort(key=lambda g: self.c.tier(f, g))
@@ -205,11 +208,11 @@ class Swarm:
             rest = [g for g in others if g not in set(near)]
             peers = near + rng.sample(rest, min(len(rest), cfg.peers - len(near)))
             for o in self.origins:
-                node.planner.set_source(o, self.c.tier(f, o), self.origin_chunks[o], origin=True)
+                session.set_source(o, self.c.tier(f, o), self.origin_chunks[o], True)
             for h in holders:
-                node.planner.set_source(h, self.c.tier(f, h), range(cfg.chunks))
+                session.set_source(h, self.c.tier(f, h), range(cfg.chunks))
             for p in peers:
-                node.planner.set_source(p, self.c.tier(f, p), ())
+                session.set_source(p, self.c.tier(f, p), ())
                 self.nodes[p].followers.append(f)
 
     # -- running -------------------------------------------------------------------------------
@@ -277,7 +280,7 @@ class Swarm:
             node.seen_tick = p.now
             for name in p.sources:  # the holder view's liveness (a crash is noticed at once)
                 if not self.nodes[name].dead:
-                    p.seen(name)
+                    session.seen(name)
         self._perform(f, session.requests(self.e.now))
         if not node.inflight:
             self._wake_later(f)
@@ -398,9 +401,9 @@ class Swarm:
             n for n, node in self.nodes.items() if not node.dead and self.c.hosts[n].dc == dc
         ]
         for g in active:
-            p = self.nodes[g].planner
-            if p is not None:
-                p.set_dc_fetchers(active, members)
+            session = self.nodes[g].session
+            if session is not None:
+                session.set_dc_fetchers(active, members)
                 if g != f:
                     self._pump(g)  # turns changed: a chunk it waited on may be its own now
 
@@ -490,8 +493,8 @@ class Swarm:
     def _announce(self, f: str, chunk: int) -> None:
         for g in self.nodes[f].followers:
             other = self.nodes[g]
-            if other.planner is not None and other.finished is None and not other.dead:
-                other.planner.add_chunk(f, chunk)
+            if other.session is not None and other.finished is None and not other.dead:
+                other.session.add_chunk(f, chunk)
                 self._pump(g)
 
     def _failed(self, f: str, r: Request, outcome: Outcome, holders: tuple[str, ...] = ()) -> None:

@@ -41,7 +41,7 @@ from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.manifest import Manifest
 from .core.naming import display_name
 from .core.swarm import ChunkPlanner, PlannerConfig, Request
-from .core.swarm.session import Abandon, Action, FetchSession, Outcome, Send
+from .core.swarm.session import Abandon, Action, FetchSession, Input, Outcome, Send
 from .fetch import FetchResult
 from .io.tensors import TensorBytes, copy_chunk
 from .node import Node
@@ -118,6 +118,7 @@ async def swarm_fetch(
     request_timeout: float = 10.0,
     health: Health | None = None,
     timeout: float | None = None,
+    record: list[Input] | None = None,
 ) -> FetchResult:
     """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching.
 
@@ -129,7 +130,8 @@ async def swarm_fetch(
     elsewhere at once (a hung process keeps its TCP connections open, so nothing else
     would tell us before ``request_timeout``); a suspect one gets no new requests.
     ``timeout``: seconds for the whole fetch, after which it fails with a TransferError
-    saying what was missing and why."""
+    saying what was missing and why. ``record``: a list to append the fetch session's
+    inputs to (:func:`~tensorhub.core.swarm.session.replay` replays them)."""
     t0 = time.perf_counter()
     local = _held(node, model, version)
     if local is not None:
@@ -141,18 +143,18 @@ async def swarm_fetch(
     if on_chunk is not None:
         on_chunk(replica, -1)  # announce the (empty) replica: we are a fetcher of this version
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
-    session = FetchSession(planner)
+    session = FetchSession(planner, record)
     driver = _Driver(node, replica, session, locate)
 
     def resync() -> None:
         if refresh is not None:
             hs, fetchers, members = refresh()
-            _use(planner, hs)
-            planner.set_dc_fetchers(fetchers, members)
+            _use(session, hs)
+            session.set_dc_fetchers(fetchers, members)
         if health is not None:
             _apply_health(session, driver, health(), refresh_ticks)
 
-    _use(planner, holders)
+    _use(session, holders)
     resync()
     try:
         await _fetch_loop(
@@ -200,9 +202,9 @@ async def swarm_fetch(
     )
 
 
-def _use(planner: ChunkPlanner, holders: Iterable[Holder]) -> None:
+def _use(session: FetchSession, holders: Iterable[Holder]) -> None:
     for h in holders:
-        planner.set_source(h.addr, h.tier, h.chunks, origin=h.origin)
+        session.set_source(h.addr, h.tier, h.chunks, h.origin)
 
 
 def _apply_health(
@@ -218,7 +220,7 @@ def _apply_health(
     suspects = [n for n in planner.sources if statuses.get(n) is Status.SUSPECT]
     if len(suspects) < len(planner.sources):
         for name in suspects:
-            planner.suspend(name, ticks)
+            session.suspend(name, ticks)
 
 
 async def _fetch_loop(

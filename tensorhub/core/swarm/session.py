@@ -25,9 +25,11 @@ nothing and returns no action; any other pair is a bug and raises.
 from __future__ import annotations
 
 import enum
+import functools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from .planner import ChunkPlanner, Failure, Request
 
@@ -102,11 +104,47 @@ class Settle:
 Action = Send | Abandon | Settle
 
 
-class FetchSession:
-    """Requests of one fetch, from issue to their end, driving one :class:`ChunkPlanner`."""
+class Input(NamedTuple):
+    """One input a session was given, and what it returned (see :func:`replay`)."""
 
-    def __init__(self, planner: ChunkPlanner) -> None:
+    method: str
+    args: tuple[Any, ...]
+    returned: Any
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _input(
+    method: Callable[Concatenate[FetchSession, P], R],
+) -> Callable[Concatenate[FetchSession, P], R]:
+    """Mark a method as one of the session's inputs: recorded when the session records."""
+
+    @functools.wraps(method)
+    def recorded(self: FetchSession, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        out = method(self, *args, **kwargs)
+        if self.record is not None:
+            assert not kwargs, "inputs are recorded positionally"
+            # (lists are copied: a driver may go on changing the one it passed)
+            frozen = tuple(tuple(a) if isinstance(a, list) else a for a in args)
+            self.record.append(Input(method.__name__, frozen, out))
+        return out
+
+    return recorded
+
+
+class FetchSession:
+    """Requests of one fetch, from issue to their end, driving one :class:`ChunkPlanner`.
+
+    Everything the planner learns arrives through the session's inputs (the methods
+    marked ``@_input``): request outcomes, time, and the holder view's news. With
+    ``record`` a list, each input and what it returned is appended to it, so a fetch run
+    by the node or by the simulator can be replayed (:func:`replay`) and compared."""
+
+    def __init__(self, planner: ChunkPlanner, record: list[Input] | None = None) -> None:
         self.planner = planner
+        self.record = record
         self.phase: dict[Request, Phase] = {}
         """Requests not yet ended (a final phase leaves this map)."""
         self.issued_at: dict[Request, float] = {}
@@ -114,8 +152,40 @@ class FetchSession:
         """Why requests failed, by name: for the slow-fetch warning and the stuck error."""
         self._copies: Counter[int] = Counter()  # chunk → requests for it not yet ended
 
+    # -- the holder view -----------------------------------------------------------------------
+
+    @_input
+    def set_source(
+        self, name: str, tier: int, chunks: Iterable[int] | None, origin: bool = False
+    ) -> None:
+        """A holder of this version, as the holder view has it (see ChunkPlanner)."""
+        if chunks is not None and not isinstance(chunks, range | list | tuple):
+            chunks = sorted(chunks)  # (a recording holds values, not iterators)
+        self.planner.set_source(name, tier, chunks, origin=origin)
+
+    @_input
+    def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
+        """A source announced ``chunk`` (or an origin said it sent it there)."""
+        self.planner.add_chunk(name, chunk, tier)
+
+    @_input
+    def seen(self, name: str) -> None:
+        """The holder view lists ``name`` as alive now."""
+        self.planner.seen(name)
+
+    @_input
+    def suspend(self, name: str, ticks: int) -> None:
+        """Ask ``name`` for nothing new for ``ticks`` (gossip suspects it)."""
+        self.planner.suspend(name, ticks)
+
+    @_input
+    def set_dc_fetchers(self, fetchers: Sequence[str], members: Sequence[str] = ()) -> None:
+        """Our datacenter's fetchers of this version, and its other live members."""
+        self.planner.set_dc_fetchers(list(fetchers), list(members))
+
     # -- time ----------------------------------------------------------------------------------
 
+    @_input
     def advance(self, ticks: int, every: int = 0) -> bool:
         """Catch the planner up to tick ``ticks``; whether a multiple of ``every`` was
         passed on the way (the driver then refreshes holder hints)."""
@@ -127,6 +197,7 @@ class FetchSession:
 
     # -- inputs --------------------------------------------------------------------------------
 
+    @_input
     def requests(self, now: float) -> list[Action]:
         """New requests to send now, within the planner's limits."""
         out: list[Action] = []
@@ -137,10 +208,12 @@ class FetchSession:
             out.append(Send(r))
         return out
 
+    @_input
     def receiving(self, r: Request) -> None:
         """``r``'s payload began to arrive."""
         self._step(r, "receiving")
 
+    @_input
     def verified(self, r: Request) -> list[Action]:
         """``r`` landed and matched: every other copy of its chunk loses."""
         if not self._step(r, "verified"):
@@ -149,6 +222,7 @@ class FetchSession:
         out: list[Action] = [a for q in losers if (a := self._abandon(q)) is not None]
         return out + self._end(r, held=True)
 
+    @_input
     def failed(
         self, r: Request, outcome: Outcome, holders: Sequence[tuple[str, int]] = ()
     ) -> list[Action]:
@@ -165,6 +239,7 @@ class FetchSession:
             p.add_chunk(addr, r.chunk, tier)
         return self._end(r, held=False)
 
+    @_input
     def source_dead(self, source: str) -> list[Action]:
         """The holder view declared ``source`` dead: abandon what is in flight to it and
         forget it (a hung process keeps its connections open, so nothing else would tell)."""
@@ -173,6 +248,7 @@ class FetchSession:
         self.planner.remove_source(source)
         return out
 
+    @_input
     def expire(self, now: float, timeout: float) -> list[Action]:
         """Requests unanswered for ``timeout``: their source hangs (alive to TCP, sending
         nothing), so everything in flight to it is stuck behind them; ask others for all
@@ -185,6 +261,7 @@ class FetchSession:
             self.planner.failed(q.chunk, q.source, Failure.TIMEOUT)
         return out
 
+    @_input
     def abandon_all(self) -> list[Action]:
         """The fetch ends (failed, cancelled): nothing may land after this."""
         return self._abandon_all(list(self.phase))
@@ -241,3 +318,17 @@ class FetchSession:
     def copies(self, chunk: int) -> int:
         """Requests for ``chunk`` not yet ended (0: it is not on its way here)."""
         return self._copies.get(chunk, 0)
+
+
+def replay(record: Sequence[Input], planner: ChunkPlanner) -> list[tuple[Input, Any]]:
+    """Feed a recorded session's inputs to a new session over ``planner`` (built as the
+    recorded one was: same name, size, seed and config); returns each input where it
+    decided otherwise, with what it returned (none: the recorded decisions were the
+    core's alone, whichever driver ran it)."""
+    session = FetchSession(planner)
+    out = []
+    for i in record:
+        got = getattr(session, i.method)(*i.args)
+        if got != i.returned:
+            out.append((i, got))
+    return out
