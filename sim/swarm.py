@@ -37,6 +37,7 @@ from tensorhub.core.swarm import (
     SuperSeeder,
     UploadSlots,
 )
+from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
 from tensorhub.core.swarm.serve import Verdict, seed_context, serve_decision
 from tensorhub.core.swarm.session import Abandon, Action, FetchSession, Outcome, Send, Settle
 
@@ -57,26 +58,27 @@ class SwarmConfig:
     # each 4 MiB chunk once it has it, and a simulated chunk is a run of many of them.
     # Off: a simulated chunk is served only once whole (store and forward).
     cut_through: bool = True
-    reserve_after: float = 1.0
-    seed_spare: bool = True  # an origin with idle upload slots also sends repeat copies
-    # Concurrency for the coarse chunk: each fetcher draws from 6 distinct holders at once
-    # and each holder feeds 4, so max-min sharing evens out the load (with 2 and 4, half of
-    # the downlinks idled behind busy holders: 50 GB to 48 instances took 1.5x the bound).
-    slots: int = 4
-    # Beyond this many waiting, "busy", as the real node answers: a request queued behind a
-    # busy holder holds one of its fetcher's 6 request slots and moves nothing, so it is
-    # better asked elsewhere (4: a fetcher had 2 of its 6 requests queued on average, and a
-    # broadcast took 1.12x the bound on average, 1.20x for its last receiver; 1 and 2 from
-    # its rack: 1.07x and 1.09x; the upload-queue sweep in docs/results.md).
-    max_waiting: int = 1
-    near_waiting: int = 2  # for a rack-mate, which has fewer holders to turn to
+    # The rest are the data plane's settings: tensorhub.core.swarm.presets.SIMULATED, a
+    # named departure from the node's (presets.DEPARTURES says why each one differs).
+    reserve_after: float = SIMULATED.reserve_after
+    seed_spare: bool = SIMULATED.seed_spare  # an origin with idle slots sends repeat copies
+    slots: int = SIMULATED.upload_slots
+    max_waiting: int = SIMULATED.max_waiting  # beyond this many waiting: "busy"
+    near_waiting: int | None = SIMULATED.near_waiting  # for a rack-mate
     record: bool = False  # keep each fetch session's inputs (FetchSession.record)
     # (member_grace is set from hint_delay: see Swarm.__init__)
-    planner: PlannerConfig = field(
-        default_factory=lambda: PlannerConfig(
-            owner_timeout=40, total=6, per_source=1, initial_random=1
+    planner: PlannerConfig = field(default_factory=lambda: SIMULATED.planner)
+
+    def dataplane(self) -> DataPlaneConfig:
+        """These settings as the data plane's config object."""
+        return DataPlaneConfig(
+            self.planner,
+            self.slots,
+            self.max_waiting,
+            self.near_waiting,
+            self.reserve_after,
+            self.seed_spare,
         )
-    )
 
 
 @dataclass

@@ -48,6 +48,7 @@ from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
 from .core.naming import display_name
 from .core.registry import PublishShard, Release, Retain
+from .core.swarm.presets import NODE
 from .core.swarm.serve import SeedContext, seed_context
 from .fetch import FetchResult
 from .gossip_driver import GossipNode
@@ -66,7 +67,7 @@ SECRET_PROBE_TIMEOUT = 1.5
 """How long :meth:`Hub.start` waits for seeds to answer the secret probe: a seed that is
 down or slow is skipped (the cluster may be starting), so this bounds start's delay."""
 
-SUPER_SEED_AFTER = 1.0
+SUPER_SEED_AFTER = NODE.reserve_after
 """Seconds a published chunk's requests are refused (redirected) before it is sent again
 (ten times that while gossip lists a node it went to as alive; at once if all died)."""
 
@@ -128,7 +129,7 @@ class Hub:
         """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
         self.super_seed_after: float | None = SUPER_SEED_AFTER
         """Publish as a super-seeding origin (None: serve every request, as a plain holder)."""
-        self.seed_spare = True
+        self.seed_spare = NODE.seed_spare
         """A super-seeding origin with idle upload slots also sends repeat copies (False: its
         NIC carries training traffic, so it sends each chunk once)."""
 

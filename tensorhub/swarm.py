@@ -41,6 +41,7 @@ from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.manifest import Manifest
 from .core.naming import display_name
 from .core.swarm import ChunkPlanner, PlannerConfig, Request
+from .core.swarm.presets import NODE
 from .core.swarm.session import Abandon, Action, FetchSession, Input, Outcome, Send
 from .fetch import FetchResult
 from .io.tensors import TensorBytes, copy_chunk
@@ -50,7 +51,7 @@ from .store import Replica
 
 log = logging.getLogger(__name__)
 
-SWARM_CONFIG = PlannerConfig(endgame_copies=1)
+SWARM_CONFIG = NODE.planner
 
 SLOW_FETCH_RATE = 100e6
 """Bytes/s under which a finished fetch is logged as slow (with its causes): about a

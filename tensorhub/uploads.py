@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import cast
 
 from .core.swarm import UploadSlots
+from .core.swarm.presets import NODE
 
-DEFAULT_SLOTS = 4
-DEFAULT_MAX_WAITING = 256
+DEFAULT_SLOTS = NODE.upload_slots
+DEFAULT_MAX_WAITING = NODE.max_waiting
 
 
 @dataclass

@@ -1,0 +1,87 @@
+"""The data plane's settings in one object, with named presets (after memberlist's
+``DefaultLANConfig``/``DefaultWANConfig``): ``NODE`` is what a real node runs; ``SIMULATED``
+is what the simulator runs, a named departure from ``NODE`` in which every difference is
+listed in ``DEPARTURES`` with the measurement that justifies it (``tests/test_presets.py``
+keeps the two in step: a new difference without a reason fails).
+
+Why the simulator departs at all: a simulated chunk is a coarse slice of the model (1/64,
+or 1/256 in the pure broadcast, so terabyte models stay tractable) where the node's is
+4 MiB. Limits counted in chunks do not carry over: 16 requests in flight of 4 MiB keep a
+NIC busy; 16 of a sixty-fourth of a model each would make every fetcher pull most of the
+model from a few holders at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .planner import PlannerConfig
+
+
+@dataclass(frozen=True)
+class DataPlaneConfig:
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    """Which chunk of whom, limits in flight, endgame, owners, back-offs."""
+    upload_slots: int = 4
+    """Chunk uploads a node runs at once (more only splits the same bandwidth)."""
+    max_waiting: int = 256
+    """Requests that may wait for an upload slot before more are answered "busy"."""
+    near_waiting: int | None = None
+    """The same for a requester in our rack (None: as for anyone)."""
+    reserve_after: float = 1.0
+    """Super-seeding: seconds a published chunk's requests are redirected before it is
+    sent again (see SuperSeeder)."""
+    seed_spare: bool = True
+    """Super-seeding: an origin with idle upload slots also sends repeat copies."""
+
+
+NODE = DataPlaneConfig()
+"""A real node's settings (4 MiB chunks, a planner tick of 10 ms)."""
+
+SIMULATED = dataclasses.replace(
+    NODE,
+    planner=dataclasses.replace(NODE.planner, total=6, per_source=1, initial_random=1),
+    max_waiting=1,
+    near_waiting=2,
+)
+"""The simulator's settings: ``NODE`` but for ``DEPARTURES``."""
+
+DEPARTURES: dict[str, str] = {
+    "planner.total": (
+        "6 requests in flight per fetcher, each for a coarse chunk, drawn from 6 distinct "
+        "holders (per_source 1): with 2 sources and 4 slots half the downlinks idled "
+        "behind busy holders and 50 GB to 48 instances took 1.5x the bound"
+    ),
+    "planner.per_source": "1 coarse chunk per source at a time (see planner.total)",
+    "planner.initial_random": (
+        "1 random pick before rarest-first: a simulated chunk is a sixty-fourth of the "
+        "model, so one is already enough to have something to serve"
+    ),
+    "max_waiting": (
+        "a request queued behind a busy holder holds one of its fetcher's 6 slots and "
+        "moves nothing; queueing 4, a broadcast took 1.12x the bound (last receiver "
+        "1.20x), queueing 1: 1.07x (1.09x); docs/results.md, 'broadcast: upload queue'"
+    ),
+    "near_waiting": (
+        "a rack-mate has fewer holders to turn to: with one limit of 1 a rack's last "
+        "fetcher finished at 1.12-1.22x the bound, with 2 for the rack 1.09-1.11x"
+    ),
+}
+"""Each setting in which ``SIMULATED`` differs from ``NODE``, and why."""
+
+
+def differences(a: DataPlaneConfig, b: DataPlaneConfig) -> set[str]:
+    """The settings (dotted names) in which two configs differ."""
+    out = set()
+    for f in dataclasses.fields(DataPlaneConfig):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            out |= {
+                f"{f.name}.{g.name}"
+                for g in dataclasses.fields(x)
+                if getattr(x, g.name) != getattr(y, g.name)
+            }
+        elif x != y:
+            out.add(f.name)
+    return out

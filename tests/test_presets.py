@@ -1,0 +1,46 @@
+"""The data plane's presets: the node's settings, and the simulator's named departures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sim.swarm import SwarmConfig
+from tensorhub.core.swarm.presets import (
+    DEPARTURES,
+    NODE,
+    SIMULATED,
+    DataPlaneConfig,
+    differences,
+)
+from tensorhub.hub import SUPER_SEED_AFTER
+from tensorhub.swarm import SWARM_CONFIG
+from tensorhub.uploads import Uploads
+
+
+def test_the_simulator_departs_from_the_node_only_where_it_says_why() -> None:
+    assert differences(SIMULATED, NODE) == set(DEPARTURES)
+    assert all(len(why) > 40 for why in DEPARTURES.values())
+
+
+def test_the_simulator_runs_its_preset_by_default() -> None:
+    assert SwarmConfig().dataplane() == SIMULATED
+
+
+def test_the_node_runs_its_preset() -> None:
+    uploads = Uploads()
+    got = DataPlaneConfig(
+        SWARM_CONFIG,
+        uploads.policy.slots,
+        uploads.policy.max_waiting,
+        None,  # (the Hub sets the rack's limit from gossip: as for anyone by default)
+        SUPER_SEED_AFTER,
+        NODE.seed_spare,
+    )
+    assert got == NODE
+    assert uploads.policy.near_waiting == uploads.policy.max_waiting
+
+
+def test_differences_names_nested_settings() -> None:
+    other = dataclasses.replace(NODE, planner=dataclasses.replace(NODE.planner, total=1))
+    assert differences(other, NODE) == {"planner.total"}
+    assert differences(dataclasses.replace(NODE, seed_spare=False), NODE) == {"seed_spare"}
