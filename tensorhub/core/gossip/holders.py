@@ -7,8 +7,6 @@ and has verified. :class:`HolderView` keeps an inverted index (model, version) â
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import msgspec
 import numpy as np
 
@@ -114,26 +112,6 @@ class HolderView:
 
     def holders(self, model: str, version: int) -> dict[str, Holding]:
         return dict(self._by_version.get((model, version), {}))
-
-    def nearest(
-        self,
-        model: str,
-        version: int,
-        chunk: int,
-        me: str,
-        locality_of: Callable[[str], str | None],
-        load_of: Callable[[str], int] | None = None,
-    ) -> list[str]:
-        """Holders of ``chunk``, nearest tier first, then least loaded, then by name."""
-        my_loc = locality_of(me) or ""
-        out = []
-        for node, h in self._by_version.get((model, version), {}).items():
-            loc = locality_of(node)
-            if node == me or loc is None or not h.has(chunk):
-                continue
-            out.append((tier(my_loc, loc), load_of(node) if load_of else 0, node))
-        out.sort()
-        return [n for _t, _l, n in out]
 
     def versions(self) -> list[tuple[str, int]]:
         return sorted(self._by_version)
