@@ -43,10 +43,10 @@ import torch
 
 from bench.common import machine, median, parse_size, print_table, write_json
 from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
+from tensorhub.dataplane.node import Node
 from tensorhub.io import ucx
 from tensorhub.io.loop import loop_name, run
 from tensorhub.io.tensors import byte_view, empty_like_manifest
-from tensorhub.node import Node
 from tensorhub.testing.weights import llm_like_state_dict
 
 SECRET = b"bench-secret"

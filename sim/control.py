@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorhub.control.gossip_driver import TICK_SECONDS as GOSSIP_TICK_S
+from tensorhub.control.raft_driver import TICK_SECONDS as RAFT_TICK_S
 from tensorhub.core.registry import PublishShard
-from tensorhub.gossip_driver import TICK_SECONDS as GOSSIP_TICK_S
-from tensorhub.raft_driver import TICK_SECONDS as RAFT_TICK_S
 from tensorhub.testing.gossip_cluster import GossipCluster
 from tensorhub.testing.raft_cluster import TICK, Cluster
 

@@ -20,8 +20,8 @@ from .core.errors import (
     UnknownVersion,
 )
 from .core.manifest import Manifest
+from .dataplane.node import Node
 from .hub import Hub, NoHolder, Published, PublishRejected, SyncHub
-from .node import Node
 
 __all__ = [
     "AuthenticationError",

@@ -237,11 +237,11 @@ def run_voter(
     """Serve as a voter (and a gossip seed) until killed; prints ``READY <address>``."""
     import asyncio
 
-    from .gossip_driver import GossipNode
+    from .control.gossip_driver import GossipNode
+    from .control.raft_driver import RaftNode
+    from .dataplane.node import Node
     from .hub import ROLE_KEY
     from .io.raft_storage import RaftStorage
-    from .node import Node
-    from .raft_driver import RaftNode
 
     async def main() -> None:
         node = await Node.start(name or listen, listen=listen)
@@ -267,8 +267,8 @@ def run_gossip_node(args: argparse.Namespace) -> int:
     """Gossip until killed; prints ``READY <address> <incarnation>`` once listening."""
     import asyncio
 
-    from .gossip_driver import GossipNode
-    from .node import Node
+    from .control.gossip_driver import GossipNode
+    from .dataplane.node import Node
 
     async def main() -> None:
         node = await Node.start(args.name, listen=args.listen)

@@ -34,6 +34,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from .control.gossip_driver import GossipNode
+from .control.raft_driver import RaftNode
+from .control.registry_client import DEFAULT_DEADLINE, RegistryClient
 from .core.errors import (
     AuthenticationError,
     DeadlineExceeded,
@@ -50,14 +53,11 @@ from .core.naming import display_name
 from .core.registry import PublishShard, Release, Retain
 from .core.swarm.presets import NODE
 from .core.swarm.serve import SeedContext, seed_context
-from .fetch import FetchResult
-from .gossip_driver import GossipNode
+from .dataplane.fetch import FetchResult
+from .dataplane.node import Node
+from .dataplane.swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
-from .node import Node
-from .raft_driver import RaftNode
-from .registry_client import DEFAULT_DEADLINE, RegistryClient
-from .swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
 
 T = TypeVar("T")
 ROLE_KEY = "role"
@@ -147,7 +147,7 @@ class Hub:
         transport: str | None = None,
     ) -> Hub:
         """``transport``: "auto" (default; or ``TENSORHUB_TRANSPORT``), "tcp" or "ucx" —
-        see :func:`~tensorhub.node.want_ucx`. With UCX, connections to peers of our own
+        see :func:`~tensorhub.dataplane.node.want_ucx`. With UCX, connections to peers of our own
         datacenter that have it too go over UCX; everything else, across datacenters
         included, over TCP (set :attr:`ucx_across_dcs` to change that)."""
         node = await Node.start(name, listen=listen, secret=secret, transport=transport)

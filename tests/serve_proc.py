@@ -12,9 +12,9 @@ import sys
 
 import torch
 
+from tensorhub.dataplane.node import Node
 from tensorhub.io.loop import run
 from tensorhub.io.tensors import tensor_digests
-from tensorhub.node import Node
 
 from .models import every_dtype
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tensorhub.core.digest import digest_parts
+from tensorhub.dataplane.swarm import Holder, swarm_fetch
 from tensorhub.io.device import _POOL, POOL_SIZE, PinnedArena
 from tensorhub.io.tensors import TensorBytes, build_manifest, empty_like_manifest
-from tensorhub.swarm import Holder, swarm_fetch
 
 from .models import awkward, every_dtype, same_bytes
 from .test_hub import cluster

@@ -1,6 +1,6 @@
 """The fetch session: a request's lifecycle table and the actions each event returns.
 
-The node's asyncio driver (tensorhub/swarm.py) and the simulator (sim/swarm.py) both run
+The node's asyncio driver (tensorhub/dataplane/swarm.py) and the simulator (sim/swarm.py) both run
 this core; these tests pin its decisions without either of them."""
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from tensorhub import AuthenticationError, DeadlineExceeded, Hub, SyncHub
+from tensorhub.control.registry_client import RegistryClient
+from tensorhub.dataplane.node import Node
 from tensorhub.io.tensors import empty_like_manifest
 from tensorhub.launch.topology import TopologyError, load
-from tensorhub.node import Node
-from tensorhub.registry_client import RegistryClient
 
 from .models import same_bytes
 from .procs import ROOT, free_ports, kill, spawn

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tensorhub.core.errors import TransferError
+from tensorhub.dataplane.node import Node
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
-from tensorhub.node import Node
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,9 +12,9 @@ from tensorhub.core.swarm.presets import (
     DataPlaneConfig,
     differences,
 )
+from tensorhub.dataplane.swarm import SWARM_CONFIG
+from tensorhub.dataplane.uploads import Uploads
 from tensorhub.hub import SUPER_SEED_AFTER
-from tensorhub.swarm import SWARM_CONFIG
-from tensorhub.uploads import Uploads
 
 
 def test_the_simulator_departs_from_the_node_only_where_it_says_why() -> None:

@@ -36,9 +36,9 @@ from tensorhub.core.wire import (
     Payload,
     encode_header,
 )
+from tensorhub.dataplane.node import Node
 from tensorhub.io import tcp
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
-from tensorhub.node import Node
 
 from .procs import ROOT
 

@@ -20,9 +20,9 @@ from sim.swarm import Swarm, SwarmConfig
 from sim.topology import GB, Cluster, TopologySpec
 from tensorhub.core.swarm import ChunkPlanner, PlannerConfig
 from tensorhub.core.swarm.session import Abandon, Input, Outcome, Send, replay
+from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.swarm import SWARM_CONFIG, Holder, swarm_fetch
 from tensorhub.io.tensors import empty_like_manifest
-from tensorhub.node import Node
-from tensorhub.swarm import SWARM_CONFIG, Holder, swarm_fetch
 
 from .models import same_bytes
 

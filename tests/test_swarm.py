@@ -14,15 +14,15 @@ from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
 from tensorhub.core.wire import encode_header
+from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.peer import PeerHandler
+from tensorhub.dataplane.store import Replica
+from tensorhub.dataplane.swarm import Holder, swarm_fetch
 from tensorhub.io import ucx
 from tensorhub.io.shaping import Link, WanShaper
 from tensorhub.io.tcp import Connection
 from tensorhub.io.tensors import TensorBytes, empty_like_manifest
 from tensorhub.io.ucx import UcxConnection
-from tensorhub.node import Node
-from tensorhub.peer import PeerHandler
-from tensorhub.store import Replica
-from tensorhub.swarm import Holder, swarm_fetch
 
 from .models import same_bytes
 from .transports import routed

@@ -22,10 +22,10 @@ from tensorhub.core.errors import (
 )
 from tensorhub.core.messages import GetChunk
 from tensorhub.core.wire import encode_header
+from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.peer import MAX_QUEUED_REQUESTS
 from tensorhub.io import tcp, ucx
 from tensorhub.io.tensors import empty_like_manifest
-from tensorhub.node import Node
-from tensorhub.peer import MAX_QUEUED_REQUESTS
 
 from .models import awkward, every_dtype, same_bytes
 from .transports import routed
@@ -193,8 +193,8 @@ async def test_slow_reader_gets_backpressure_not_unbounded_buffers(transport: st
         peer = await b.peer(a.address)
         manifest = await peer.get_manifest("m", 1)
         peer.conn.pause_reading()
+        from tensorhub.dataplane.store import Replica
         from tensorhub.io.tensors import TensorBytes
-        from tensorhub.store import Replica
 
         replica = Replica(
             "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import SuperSeeder, UploadSlots
-from tensorhub.uploads import Uploads
+from tensorhub.dataplane.uploads import Uploads
 
 
 def test_origin_sends_each_chunk_once_and_redirects_to_the_recipient() -> None:

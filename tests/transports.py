@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tensorhub.node import Node
+from tensorhub.dataplane.node import Node
 
 UCX_ADDRESSES: dict[str, str] = {}
 """TCP address → UCX address of every UCX node the tests started."""

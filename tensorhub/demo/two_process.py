@@ -21,9 +21,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ..dataplane.node import Node
 from ..io.loop import run
 from ..io.tensors import empty_like_manifest, tensor_digests
-from ..node import Node
 from .model import (
     TinyLM,
     TinyLMConfig,

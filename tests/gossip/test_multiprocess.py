@@ -19,8 +19,8 @@ import pytest
 from tensorhub.core.gossip import Status
 from tensorhub.core.gossip.messages import GStatusReply, GStatusReq
 from tensorhub.core.messages import Message
-from tensorhub.node import Node
-from tensorhub.peer import PeerHandler
+from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.peer import PeerHandler
 
 from ..procs import free_ports, kill, spawn
 

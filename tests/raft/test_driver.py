@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tensorhub.control.raft_driver import RaftNode
 from tensorhub.core.errors import NoQuorum
 from tensorhub.core.registry import PublishShard, Retain
+from tensorhub.dataplane.node import Node
 from tensorhub.io import raft_storage
 from tensorhub.io.raft_storage import RaftStorage, StorageError
-from tensorhub.node import Node
-from tensorhub.raft_driver import RaftNode
 
 from .test_multiprocess import free_ports
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tensorhub.control.registry_client import RegistryClient
 from tensorhub.core.errors import NoQuorum
 from tensorhub.core.registry import PublishShard
-from tensorhub.node import Node
-from tensorhub.registry_client import RegistryClient
+from tensorhub.dataplane.node import Node
 
 from ..procs import free_ports, kill, spawn
 

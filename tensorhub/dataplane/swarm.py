@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .core.errors import (
+from ..core.errors import (
     ChecksumMismatch,
     ManifestError,
     Refused,
@@ -36,15 +36,15 @@ from .core.errors import (
     TransferError,
     UnknownVersion,
 )
-from .core.gossip.membership import Status
-from .core.histogram import CHUNK_BUCKETS, Histogram
-from .core.manifest import Manifest
-from .core.naming import display_name
-from .core.swarm import ChunkPlanner, PlannerConfig, Request
-from .core.swarm.presets import NODE
-from .core.swarm.session import Abandon, Action, FetchSession, Input, Outcome, Send
+from ..core.gossip.membership import Status
+from ..core.histogram import CHUNK_BUCKETS, Histogram
+from ..core.manifest import Manifest
+from ..core.naming import display_name
+from ..core.swarm import ChunkPlanner, PlannerConfig, Request
+from ..core.swarm.presets import NODE
+from ..core.swarm.session import Abandon, Action, FetchSession, Input, Outcome, Send
+from ..io.tensors import TensorBytes, copy_chunk
 from .fetch import FetchResult
-from .io.tensors import TensorBytes, copy_chunk
 from .node import Node
 from .peer import PeerHandler
 from .store import Replica

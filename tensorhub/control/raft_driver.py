@@ -26,10 +26,10 @@ from typing import Any
 
 import msgspec
 
-from .core.errors import NoQuorum, TensorHubError
-from .core.messages import Message, RegistryReply, RegistryRequest
-from .core.raft import HardState, ProposalDropped, RaftConfig, RaftCore, RaftMessage, Ready, Role
-from .core.registry import (
+from ..core.errors import NoQuorum, TensorHubError
+from ..core.messages import Message, RegistryReply, RegistryRequest
+from ..core.raft import HardState, ProposalDropped, RaftConfig, RaftCore, RaftMessage, Ready, Role
+from ..core.registry import (
     ClientSession,
     Registry,
     RegistryError,
@@ -37,10 +37,10 @@ from .core.registry import (
     decode_proposal,
     encode_proposal,
 )
-from .io.raft_storage import RaftStorage, StorageError
-from .node import Node
+from ..dataplane.node import Node
+from ..dataplane.peer import PeerHandler
+from ..io.raft_storage import RaftStorage, StorageError
 from .outbox import PeerOutbox, cancel_all
-from .peer import PeerHandler
 
 log = logging.getLogger(__name__)
 

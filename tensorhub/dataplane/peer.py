@@ -1,7 +1,7 @@
 """The data-plane protocol on one connection, in both directions.
 
 Either end of a connection may ask the other for manifests and chunks, and answers the
-other's requests from its :class:`~tensorhub.store.LocalStore`. Replies go out in request
+other's requests from its :class:`~tensorhub.dataplane.store.LocalStore`. Replies go out in request
 order through one writer task per connection, which applies backpressure and counts a
 replica's upload as finished only once its bytes left our buffers (uvloop sends memoryviews
 by reference, so that is when the publisher's memory is no longer read).
@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .core.digest import digest_parts
-from .core.errors import (
+from ..core.digest import digest_parts
+from ..core.errors import (
     ChecksumMismatch,
     ProtocolError,
     Refused,
@@ -27,8 +27,8 @@ from .core.errors import (
     TransferError,
     UnknownVersion,
 )
-from .core.manifest import Manifest
-from .core.messages import (
+from ..core.manifest import Manifest
+from ..core.messages import (
     ChunkData,
     Error,
     GetChunk,
@@ -37,10 +37,10 @@ from .core.messages import (
     Message,
     Redirect,
 )
-from .core.swarm import SeedDecision
-from .core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
-from .io.shaping import WanShaper
-from .io.tcp import Connection
+from ..core.swarm import SeedDecision
+from ..core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
+from ..io.shaping import WanShaper
+from ..io.tcp import Connection
 from .store import LocalStore, Replica
 from .uploads import Grant, Uploads
 

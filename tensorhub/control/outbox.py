@@ -13,9 +13,9 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from .core.errors import TensorHubError
-from .core.messages import Message
-from .node import Node
+from ..core.errors import TensorHubError
+from ..core.messages import Message
+from ..dataplane.node import Node
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import msgspec
 
-from .core.errors import AuthenticationError, NoQuorum, TensorHubError, TransferError
-from .core.messages import Message, RegistryReply, RegistryRequest
-from .core.registry import ClientSession, Command, Result, encode_proposal
-from .node import Node
-from .peer import PeerHandler
+from ..core.errors import AuthenticationError, NoQuorum, TensorHubError, TransferError
+from ..core.messages import Message, RegistryReply, RegistryRequest
+from ..core.registry import ClientSession, Command, Result, encode_proposal
+from ..dataplane.node import Node
+from ..dataplane.peer import PeerHandler
 
 DEFAULT_DEADLINE = 30.0
 ATTEMPT_TIMEOUT = 6.0

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from .core.swarm import UploadSlots
-from .core.swarm.presets import NODE
+from ..core.swarm import UploadSlots
+from ..core.swarm.presets import NODE
 
 DEFAULT_SLOTS = NODE.upload_slots
 DEFAULT_MAX_WAITING = NODE.max_waiting

@@ -11,10 +11,10 @@ import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .core.errors import UnknownVersion
-from .core.manifest import Manifest
-from .core.swarm import SuperSeeder
-from .io.tensors import TensorBytes
+from ..core.errors import UnknownVersion
+from ..core.manifest import Manifest
+from ..core.swarm import SuperSeeder
+from ..io.tensors import TensorBytes
 
 
 @dataclass

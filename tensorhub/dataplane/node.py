@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from .core.errors import ChecksumMismatch, TransferError
-from .core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
-from .core.manifest import Manifest
-from .core.messages import Message
-from .core.swarm import SuperSeeder
-from .core.swarm.serve import NO_CONTEXT
+from ..core.errors import ChecksumMismatch, TransferError
+from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
+from ..core.manifest import Manifest
+from ..core.messages import Message
+from ..core.swarm import SuperSeeder
+from ..core.swarm.serve import NO_CONTEXT
+from ..io import tcp, ucx
+from ..io.shaping import WanShaper
+from ..io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
-from .io import tcp, ucx
-from .io.shaping import WanShaper
-from .io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
 from .peer import ControlHandler, PeerHandler, SeedView
 from .store import LocalStore, Replica
 from .uploads import Uploads

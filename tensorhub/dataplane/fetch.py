@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .core.histogram import CHUNK_BUCKETS, Histogram
-from .core.manifest import Manifest
-from .io.tensors import TensorBytes
+from ..core.histogram import CHUNK_BUCKETS, Histogram
+from ..core.manifest import Manifest
+from ..io.tensors import TensorBytes
 from .peer import PeerHandler
 from .store import Replica
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import msgspec
 
-from .core.errors import TensorHubError
-from .core.gossip import GossipConfig, GossipCore
-from .core.gossip.holders import Holding, encode_holding, hold_key
-from .core.gossip.messages import (
+from ..core.errors import TensorHubError
+from ..core.gossip import GossipConfig, GossipCore
+from ..core.gossip.holders import Holding, encode_holding, hold_key
+from ..core.gossip.messages import (
     GAck,
     GDelta,
     GGossip,
@@ -40,11 +40,11 @@ from .core.gossip.messages import (
     GSyn,
     GSynAck,
 )
-from .core.messages import Message
-from .io.files import atomic_write
-from .node import Node
+from ..core.messages import Message
+from ..dataplane.node import Node
+from ..dataplane.peer import PeerHandler
+from ..io.files import atomic_write
 from .outbox import PeerOutbox, cancel_all
-from .peer import PeerHandler
 
 log = logging.getLogger(__name__)
 
