@@ -44,6 +44,7 @@ import torch
 from bench.common import machine, median, parse_size, print_table, write_json
 from tensorhub.core.layout import DEFAULT_CHUNK_SIZE
 from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.view import Routes
 from tensorhub.io import ucx
 from tensorhub.io.loop import loop_name, run
 from tensorhub.io.tensors import byte_view, empty_like_manifest
@@ -123,8 +124,10 @@ def main() -> None:
     addr, ucx_addr, raw_port, root, server_loop = q.get(timeout=300)
 
     async def client() -> dict[str, Any]:
-        node = await Node.start("bench-client", secret=SECRET, transport=args.transport)
-        node.ucx_route = lambda a: ucx_addr if a == addr else None
+        routes = Routes({addr: ucx_addr} if ucx_addr else {})
+        node = await Node.start(
+            "bench-client", secret=SECRET, transport=args.transport, view=routes
+        )
         peer = await node.peer(addr)
         manifest = await peer.get_manifest("bench", 1, root)
         into = empty_like_manifest(manifest, args.device)

@@ -52,7 +52,7 @@ from .core.manifest import Manifest
 from .core.naming import display_name
 from .core.registry import PublishShard, Release, Retain
 from .core.swarm.presets import NODE
-from .core.swarm.serve import SeedContext, seed_context
+from .core.swarm.serve import NO_CONTEXT, SeedContext, seed_context
 from .dataplane.fetch import FetchResult
 from .dataplane.node import Node
 from .dataplane.swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
@@ -150,7 +150,8 @@ class Hub:
         see :func:`~tensorhub.dataplane.node.want_ucx`. With UCX, connections to peers of our own
         datacenter that have it too go over UCX; everything else, across datacenters
         included, over TCP (set :attr:`ucx_across_dcs` to change that)."""
-        node = await Node.start(name, listen=listen, secret=secret, transport=transport)
+        view = _GossipView()
+        node = await Node.start(name, listen=listen, secret=secret, transport=transport, view=view)
         try:
             gossip = GossipNode(
                 node, locality, seeds, data_dir=Path(data_dir) / "gossip" if data_dir else None
@@ -164,11 +165,9 @@ class Hub:
                 raft = RaftNode(node, list(seeds), RaftStorage.open(Path(data_dir) / "raft"))
                 gossip.core.set_local(ROLE_KEY, b"voter")
             hub = cls(node, gossip, raft, seeds)
-            node.seed_context = hub._seed_context
-            node.uploads.near = hub._near
+            view.hub = hub
             if node.ucx_address is not None:
                 gossip.core.set_local(UCX_KEY, node.ucx_address.encode())
-                node.ucx_route = hub._ucx_route
             await _check_secret(node, seeds)
             await gossip.start()
             if raft is not None:
@@ -425,7 +424,7 @@ class Hub:
         addr, loc = core.addr_of(name), core.locality_of(name)
         return None if addr is None or loc is None else (addr, tier(core.me.locality, loc))
 
-    def _seed_context(self, peer: str, replica: Any) -> SeedContext:
+    def _seed_context(self, peer: str) -> SeedContext:
         """For super-seeding: where ``peer`` is, from gossip (the rule is the serve core's).
 
         Members, not known fetchers, count as carrying the version across the WAN:
@@ -750,3 +749,20 @@ class SyncHub:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+class _GossipView:
+    """The node's :class:`~tensorhub.dataplane.view.ClusterView`, answered from the Hub's
+    gossip (given to the node before the Hub exists: until then it knows nothing)."""
+
+    def __init__(self) -> None:
+        self.hub: Hub | None = None
+
+    def near(self, peer: str) -> bool:
+        return self.hub is not None and self.hub._near(peer)
+
+    def seed_context(self, peer: str) -> SeedContext:
+        return NO_CONTEXT if self.hub is None else self.hub._seed_context(peer)
+
+    def ucx_route(self, addr: str) -> str | None:
+        return None if self.hub is None else self.hub._ucx_route(addr)

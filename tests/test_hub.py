@@ -80,8 +80,8 @@ async def test_publish_fetch_latest_across_two_dcs(tmp_path: Path) -> None:
             res = await r.fetch("policy", 2, into)
             assert res.bytes == pub.manifest.total_bytes
             assert all(same_bytes(weights(2)[k], into[k]) for k in into)
-        near = trainer.node.uploads.near  # who may queue longer here: our rack, from gossip
-        assert near is not None and near(rolls[0].node.name)  # dc0/rack0, as the voters
+        near = trainer.node.view.near  # who may queue longer here: our rack, from gossip
+        assert near(rolls[0].node.name)  # dc0/rack0, as the voters
         assert not near(rolls[1].node.name) and not near("stranger")
         # Every fetcher holds the version now: the trainer may leave and fetches still work.
         await trainer.wait_replicated("policy", 2, copies=len(rolls))

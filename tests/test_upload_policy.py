@@ -100,8 +100,7 @@ def test_a_rack_mate_may_wait_longer_than_a_farther_requester() -> None:
 
 
 async def test_uploads_ask_who_is_near() -> None:
-    up = Uploads(slots=1, max_waiting=0, near_waiting=1)
-    up.near = {"mate"}.__contains__
+    up = Uploads(slots=1, max_waiting=0, near_waiting=1, near={"mate"}.__contains__)
     up.request("a")
     assert not up.admit("far") and up.admit("mate")
     blind = Uploads(slots=1, max_waiting=0, near_waiting=1)

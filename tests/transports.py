@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.view import Routes
 
 UCX_ADDRESSES: dict[str, str] = {}
 """TCP address → UCX address of every UCX node the tests started."""
@@ -13,4 +14,4 @@ def routed(*started: Node) -> None:
     for node in started:
         if node.ucx_address is not None:
             UCX_ADDRESSES[node.address] = node.ucx_address
-            node.ucx_route = UCX_ADDRESSES.get
+            node.view = Routes(UCX_ADDRESSES)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -19,14 +19,14 @@ from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from ..core.manifest import Manifest
 from ..core.messages import Message
 from ..core.swarm import SuperSeeder
-from ..core.swarm.serve import NO_CONTEXT
 from ..io import tcp, ucx
 from ..io.shaping import WanShaper
 from ..io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
-from .peer import ControlHandler, PeerHandler, SeedView
+from .peer import ControlHandler, PeerHandler
 from .store import LocalStore, Replica
 from .uploads import Uploads
+from .view import ClusterView, Unaware
 
 log = logging.getLogger(__name__)
 
@@ -67,30 +67,30 @@ class Node:
     """A tensorhub peer: serves what it holds, fetches from others.
 
     Every node listens on TCP (its address, its identity). With UCX it listens there too
-    (:attr:`ucx_address`); a connection to a peer goes over UCX when :attr:`ucx_route`
-    names that peer's UCX address — the layer that knows where peers are decides (the Hub:
-    same datacenter, both ends with UCX) — and over TCP otherwise.
+    (:attr:`ucx_address`); a connection to a peer goes over UCX when :attr:`view` names
+    that peer's UCX address — the layer that knows where peers are decides (the Hub: same
+    datacenter, both ends with UCX) — and over TCP otherwise.
     """
 
-    def __init__(self, name: str, secret: bytes) -> None:
+    def __init__(self, name: str, secret: bytes, view: ClusterView | None = None) -> None:
         self.name = name
         self._secret = secret
         self.store = LocalStore()
         self._server: tcp.Server | None = None
         self._ucx_server: ucx.UcxServer | None = None
         self._ucx_failed: set[str] = set()
-        self.ucx_route: Callable[[str], str | None] | None = None
-        """A peer's TCP address → its UCX address if this pair should use UCX, else None."""
+        self.view: ClusterView = view or Unaware()
+        """Where peers are (rack, datacenter, UCX address): the one delegate the data
+        plane asks (the Hub's is gossip's; a bare node's knows nothing)."""
         self._peers: dict[str, PeerHandler] = {}
         self._dialing: dict[str, asyncio.Task[PeerHandler]] = {}
         self.handlers: set[PeerHandler] = set()
         self.control: dict[type[Message], ControlHandler] = {}
         """Handlers for control-plane messages (Raft, registry requests), by type."""
-        self.uploads = Uploads()
+        # (late-bound: a test or tool may replace the view after start)
+        self.uploads = Uploads(near=lambda peer: self.view.near(peer))  # noqa: PLW0108
         self.shaper: WanShaper | None = None
         """WAN emulation (off unless set: the launcher sets it from a topology)."""
-        self.seed_context: SeedView | None = None
-        """Where requesters are, for super-seeding (set by the layer that knows: the Hub)."""
 
     @classmethod
     async def start(
@@ -100,10 +100,11 @@ class Node:
         listen: str = "127.0.0.1:0",
         secret: bytes | str | None = None,
         transport: str | None = None,
+        view: ClusterView | None = None,
     ) -> Node:
         """Listen on ``listen`` (TCP) and, if :func:`want_ucx` says so, on UCX (a free port
         on the same host)."""
-        node = cls(name, resolve_secret(secret))
+        node = cls(name, resolve_secret(secret), view)
         node._server = await tcp.listen(
             listen, node=name, secret=node._secret, handler_factory=node._handler
         )
@@ -134,9 +135,7 @@ class Node:
             self.store,
             self.control,
             self.uploads,
-            lambda peer, replica: (
-                self.seed_context(peer, replica) if self.seed_context else NO_CONTEXT
-            ),
+            lambda peer, _replica: self.view.seed_context(peer),
             lambda: self.shaper,
         )
         self.handlers.add(h)
@@ -162,9 +161,9 @@ class Node:
             f.exception()  # retrieved: each waiter gets it; none may be left to log it
 
     def _route(self, addr: str) -> str | None:
-        if self.ucx_route is None or self.ucx_address is None or addr in self._ucx_failed:
+        if self.ucx_address is None or addr in self._ucx_failed:
             return None
-        return self.ucx_route(addr)
+        return self.view.ucx_route(addr)
 
     def _better_route(self, addr: str, h: PeerHandler) -> bool:
         """A TCP connection made before we learnt the peer's UCX address (gossip dials

@@ -51,7 +51,7 @@ ControlHandler = Callable[["PeerHandler", Message], None]
 
 SeedView = Callable[[str, Replica], SeedContext]
 """For a super-seeding origin: (requesting node, replica) → what it needs to know of the
-requester (:func:`~tensorhub.core.swarm.serve.seed_context`)."""
+requester (the node's :class:`~tensorhub.dataplane.view.ClusterView`)."""
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""

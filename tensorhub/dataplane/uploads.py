@@ -31,10 +31,11 @@ class Uploads:
         slots: int = DEFAULT_SLOTS,
         max_waiting: int = DEFAULT_MAX_WAITING,
         near_waiting: int | None = None,
+        near: Callable[[str], bool] | None = None,
     ) -> None:
         self.policy = UploadSlots(slots, max_waiting, near_waiting)
-        self.near: Callable[[str], bool] | None = None
-        """Is a requester in our rack? (set by the layer that knows where nodes are)"""
+        self.near = near
+        """Is a requester in our rack? (from the layer that knows where nodes are)"""
         self._waiting: dict[int, Grant] = {}
         self._tickets = itertools.count()
         self.bytes_to: Counter[str] = Counter()  # chunk bytes uploaded, by requesting node
