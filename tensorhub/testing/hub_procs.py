@@ -25,6 +25,7 @@ from ..hub import Hub
 from ..io.loop import run
 from ..io.tcp import local_addresses
 from ..io.tensors import empty_like_manifest, tensor_digests
+from .netns import enter
 from .weights import llm_like_state_dict
 
 SECRET = "tensorhub-test-cluster"
@@ -36,6 +37,8 @@ class Spec:
     locality: str  # dc/rack/host
     voter: bool = False
     seed_spare: bool = True  # Hub.seed_spare: repeat copies from an idle publisher uplink
+    netns: str | None = None  # run in this network namespace (see testing/netns.py)
+    listen: str | None = None  # where to listen (default: loopback; voters on fixed ports)
 
 
 class _Worker:
@@ -129,6 +132,9 @@ class _Worker:
 
 
 def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.Connection) -> None:
+    if spec.netns is not None:
+        enter(spec.netns)  # before any socket or thread
+
     async def main() -> None:
         hub = await Hub.start(
             spec.name,
@@ -165,13 +171,14 @@ class HubProcs:
         ctx = mp.get_context("spawn")
         self.specs = {s.name: s for s in specs}
         self.timeout = timeout
-        voters = local_addresses([s.name for s in specs if s.voter])
+        voters = local_addresses([s.name for s in specs if s.voter and s.listen is None])
+        voters.update({s.name: s.listen for s in specs if s.voter and s.listen is not None})
         seeds = list(voters.values())
         self.pipes: dict[str, mpc.Connection] = {}
         self.procs: dict[str, Any] = {}
         for s in specs:
             ours, theirs = ctx.Pipe()
-            listen = voters.get(s.name, "127.0.0.1:0")
+            listen = voters.get(s.name, s.listen or "127.0.0.1:0")
             p = ctx.Process(
                 target=_child, args=(s, listen, seeds, f"{data_dir}/{s.name}", theirs), daemon=True
             )

@@ -1,0 +1,251 @@
+"""Fan-out on NIC-limited nodes: one publisher → N receivers, each node in its own network
+namespace behind a NIC of a chosen rate (tensorhub/testing/netns.py).
+
+Systems, in the same run on the same fabric:
+- ``p2p``: one raw-socket copy publisher → one receiver: the denominator, "one copy";
+- ``star``: every receiver pulls the whole model from the publisher at once;
+- ``chain``: a raw pipelined relay publisher → r1 → r2 → … (what a ring broadcast does,
+  in ~40 lines: each receiver forwards each piece as it arrives);
+- ``tensorhub``: the real stack (Hub processes: Raft voters, gossip, the swarm), the
+  publisher publishes and every receiver fetches at once.
+
+Reported, each a ratio measured in this run: the last receiver's time / one copy's; the
+publisher's egress in model sizes; bytes received beyond one model per receiver
+(duplicates), as a fraction of what the receivers needed. Needs root (namespaces); says
+why and exits 2 where it cannot build them.
+
+    python bench/linerate.py --receivers 4 --size 256MiB --rate 1000 --json out/linerate.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine, parse_size, print_table, write_json
+from tensorhub.testing.hub_procs import HubProcs, Spec
+from tensorhub.testing.netns import Fabric, enter, unavailable
+
+PORT = 7100
+PIECE = 1 << 20
+MODEL = "linerate"
+
+
+def _send_all(conn: socket.socket, size: int) -> None:
+    buf = memoryview(bytes(PIECE))
+    left = size
+    while left:
+        n = min(left, PIECE)
+        conn.sendall(buf[:n])
+        left -= n
+    conn.shutdown(socket.SHUT_WR)
+
+
+def _source(ns: str, ip: str, receivers: int, size: int, pipe: mpc.Connection) -> None:
+    """Serve ``size`` bytes to each of ``receivers`` connections at once, on "go"."""
+    enter(ns)
+    ls = socket.create_server((ip, PORT), backlog=64)
+    pipe.send(("ready",))
+    pipe.recv()  # go
+    conns = [ls.accept()[0] for _ in range(receivers)]
+    t0 = time.time()
+    threads = [threading.Thread(target=_send_all, args=(c, size)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pipe.send(("start", t0))
+
+
+def _receiver(
+    ns: str, ip: str, upstream: str, forward: bool, size: int, pipe: mpc.Connection
+) -> None:
+    """Read ``size`` bytes from ``upstream``; with ``forward``, pass each piece on to the
+    one receiver that connects to us (a pipelined chain)."""
+    enter(ns)
+    ls = socket.create_server((ip, PORT), backlog=4) if forward else None
+    pipe.send(("ready",))
+    pipe.recv()  # connect now (upstream listens)
+    up = socket.create_connection((upstream, PORT))
+    down = ls.accept()[0] if ls is not None else None
+    pipe.send(("connected",))
+    buf = bytearray(PIECE)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = up.recv_into(view)
+        if n == 0:
+            break
+        if down is not None:
+            down.sendall(view[:n])
+        got += n
+    t1 = time.time()
+    if down is not None:
+        down.shutdown(socket.SHUT_WR)
+    pipe.send(("end", t1, got))
+
+
+def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[str, Any]:
+    """One raw-socket run: the star (or a single copy) when not ``chain``."""
+    ctx = mp.get_context("spawn")
+    pipes: list[mpc.Connection] = []
+    procs = []
+    ours, theirs = ctx.Pipe()
+    src = ctx.Process(
+        target=_source,
+        args=(fabric.ns(0), fabric.ip(0), 1 if chain else len(receivers), size, theirs),
+        daemon=True,
+    )
+    src.start()
+    assert ours.recv() == ("ready",)
+    for k, i in enumerate(receivers):
+        upstream = fabric.ip(receivers[k - 1]) if chain and k else fabric.ip(0)
+        forward = chain and k < len(receivers) - 1
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(
+            target=_receiver,
+            args=(fabric.ns(i), fabric.ip(i), upstream, forward, size, theirs),
+            daemon=True,
+        )
+        p.start()
+        assert mine.recv() == ("ready",)
+        pipes.append(mine)
+        procs.append(p)
+    # Connect from the tail of a chain back to its head, so each listener's one
+    # downstream is there before its upstream sends; a star's receivers in any order.
+    for pipe in reversed(pipes) if chain else pipes:
+        pipe.send("connect")
+    ours.send("go")
+    for pipe in pipes:
+        assert pipe.recv() == ("connected",)
+    ends = [pipe.recv() for pipe in pipes]
+    t0 = ours.recv()[1]
+    for p in [src, *procs]:
+        p.join(30)
+    short = [e[2] for e in ends if e[2] != size]
+    if short:
+        raise RuntimeError(f"a receiver got {short[0]} of {size} bytes")
+    return {
+        "seconds": max(e[1] for e in ends) - t0,
+        "publisher_egress_models": 1.0 if chain else float(len(receivers)),
+    }
+
+
+def _tensorhub(fabric: Fabric, receivers: int, size: int) -> dict[str, Any]:
+    """The real stack: Hub processes, one per namespace; the publisher and two receivers
+    are the Raft voters. Everyone is in one rack (a flat fabric)."""
+    specs = [
+        Spec(
+            "publisher",
+            "dc0/rack0/publisher",
+            voter=True,
+            netns=fabric.ns(0),
+            listen=f"{fabric.ip(0)}:{PORT}",
+        )
+    ]
+    for i in range(1, receivers + 1):
+        specs.append(
+            Spec(
+                f"r{i}",
+                f"dc0/rack0/r{i}",
+                voter=i <= 2,
+                netns=fabric.ns(i),
+                listen=f"{fabric.ip(i)}:{PORT}",
+            )
+        )
+    with (
+        tempfile.TemporaryDirectory(prefix="tensorhub-linerate-") as tmp,
+        HubProcs(specs, tmp) as c,
+    ):
+        names = [s.name for s in specs[1:]]
+        c.call(["publisher"], "publish", MODEL, 1, size, 3)
+        before = c.uploads()
+        c.call(names, "prepare", MODEL, 1, None)
+        c.call(names, "fetch", MODEL, 1, None)
+        times = c.call(names, "result", MODEL, 1, tag="done")
+        after = c.uploads()
+    delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
+    received = sum(delta.values())
+    pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
+    return {
+        "seconds": max(t[1] for t in times) - min(t[0] for t in times),
+        "publisher_egress_models": pub / size,
+        "duplicate_fraction": max(0.0, received / (size * receivers) - 1.0),
+        "failures": [t[2] for t in times],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--receivers", type=int, default=4)
+    ap.add_argument("--size", default="256MiB", help="model bytes (e.g. 256MiB, 1GiB)")
+    ap.add_argument("--rate", type=float, default=1000.0, help="each NIC's rate, Mbit/s")
+    ap.add_argument("--systems", default="p2p,star,chain,tensorhub")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    why = unavailable()
+    if why is not None:
+        print(f"bench/linerate.py: cannot run: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    size, n = parse_size(args.size), args.receivers
+    systems = args.systems.split(",")
+    results: dict[str, dict[str, Any]] = {}
+    with Fabric(n + 1, args.rate) as fabric:
+        everyone = list(range(1, n + 1))
+        results["p2p"] = _raw(fabric, [1], chain=False, size=size)
+        if "star" in systems:
+            results["star"] = _raw(fabric, everyone, chain=False, size=size)
+        if "chain" in systems:
+            results["chain"] = _raw(fabric, everyone, chain=True, size=size)
+        if "tensorhub" in systems:
+            results["tensorhub"] = _tensorhub(fabric, n, size)
+    one = results["p2p"]["seconds"]
+    for r in results.values():
+        r["last_over_one_copy"] = r["seconds"] / one
+    print_table(
+        f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
+        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s",
+        [
+            "system",
+            "last receiver (s)",
+            "last / one copy",
+            "publisher egress (models)",
+            "duplicates",
+        ],
+        [
+            [
+                name,
+                r["seconds"],
+                r["last_over_one_copy"],
+                r["publisher_egress_models"],
+                f"{100 * r.get('duplicate_fraction', 0.0):.1f} %",
+            ]
+            for name, r in results.items()
+        ],
+    )
+    write_json(
+        args.json,
+        {
+            "bench": "linerate",
+            "receivers": n,
+            "model_bytes": size,
+            "rate_mbit": args.rate,
+            "machine": machine(),
+            **results,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

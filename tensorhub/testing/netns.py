@@ -1,0 +1,144 @@
+"""Nodes with NICs of a chosen rate on one machine: Linux network namespaces, veth pairs, a
+bridge and ``tc tbf``.
+
+On loopback every byte costs the same CPU whoever sends it, so a fan-out benchmark there
+measures CPU contention, not what replication does for a network. Here each node lives
+in its own namespace behind a veth whose rate is limited both ways (``tbf`` on each end's
+egress), all joined by a bridge in a namespace of its own; nothing touches the host's
+namespace. :class:`Fabric` builds it and removes all of it on every exit path (an
+exception, Ctrl-C, SIGTERM); :func:`enter` moves the calling process into a node's
+namespace (a spawned child, before it opens a socket).
+
+Needs root, ``ip`` and ``tc`` (iproute2); :func:`unavailable` says why not where they are
+missing, and the benchmark exits with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+
+CLONE_NEWNET = 0x40000000
+PREFIX = "thb"  # every namespace and link this module creates starts with it
+SUBNET = "10.77.0"
+
+
+def unavailable() -> str | None:
+    """Why namespaces cannot be built here (None: they can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (run as root, or skip --net netns)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"'{tool}' (iproute2) is not installed"
+    return None
+
+
+def _run(*cmd: str, ns: str | None = None, check: bool = True) -> None:
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    subprocess.run(full, check=check, capture_output=True, text=True)
+
+
+def enter(ns: str) -> None:
+    """Move this process (its calling thread: call it before starting threads or opening
+    sockets) into the network namespace ``ns``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(f"/var/run/netns/{ns}") as f:
+        if libc.setns(f.fileno(), CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into {ns}: {os.strerror(err)}")
+
+
+@dataclass
+class Fabric:
+    """``nodes`` namespaces behind NICs of ``rate_mbit`` (both ways), on one bridge."""
+
+    nodes: int
+    rate_mbit: float
+    mtu: int = 9000
+    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
+    _made: list[str] = field(default_factory=list)
+
+    @property
+    def bridge_ns(self) -> str:
+        return f"{PREFIX}{self.tag}br"
+
+    def ns(self, i: int) -> str:
+        return f"{PREFIX}{self.tag}n{i}"
+
+    def ip(self, i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    def __enter__(self) -> Fabric:
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+        def cleanup_and_exit(signum: int, _frame: FrameType | None) -> None:
+            self.close()
+            raise SystemExit(128 + signum)
+
+        for s in old:
+            signal.signal(s, cleanup_and_exit)
+        self._old_signals = old
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        for s, h in self._old_signals.items():
+            signal.signal(s, h)
+
+    def _build(self) -> None:
+        br = self.bridge_ns
+        _run("ip", "netns", "add", br)
+        self._made.append(br)
+        _run("ip", "link", "add", "br0", "type", "bridge", ns=br)
+        _run("ip", "link", "set", "br0", "mtu", str(self.mtu), "up", ns=br)
+        # A token bucket a few MTUs deep (and at least 1 ms of the rate): enough for
+        # line rate, too little to hide the limit.
+        rate = f"{self.rate_mbit}mbit"
+        burst = str(max(4 * self.mtu, int(self.rate_mbit * 1e6 / 8 / 1000)))
+        for i in range(self.nodes):
+            ns, a, b = self.ns(i), f"{PREFIX}{self.tag}a{i}", f"{PREFIX}{self.tag}b{i}"
+            _run("ip", "netns", "add", ns)
+            self._made.append(ns)
+            _run("ip", "link", "add", a, "type", "veth", "peer", "name", b, ns=br)
+            _run("ip", "link", "set", a, "netns", ns, ns=br)
+            _run("ip", "link", "set", b, "master", "br0", "mtu", str(self.mtu), "up", ns=br)
+            _run("ip", "link", "set", a, "name", "eth0", ns=ns)
+            _run("ip", "addr", "add", f"{self.ip(i)}/24", "dev", "eth0", ns=ns)
+            _run("ip", "link", "set", "eth0", "mtu", str(self.mtu), "up", ns=ns)
+            _run("ip", "link", "set", "lo", "up", ns=ns)
+            for dev, where in (("eth0", ns), (b, br)):  # up at the node, down at the bridge
+                _run(
+                    "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                    "rate", rate, "burst", burst, "latency", "50ms",
+                    ns=where,
+                )  # fmt: skip
+
+    def close(self) -> None:
+        """Delete every namespace this fabric made (their links go with them)."""
+        while self._made:
+            ns = self._made.pop()
+            _run("ip", "netns", "del", ns, check=False)
+
+
+@contextlib.contextmanager
+def inside(ns: str) -> Iterator[None]:
+    """For tests of this module: run the body in ``ns`` (this thread), then come back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/ns/net") as home:
+        enter(ns)
+        try:
+            yield
+        finally:
+            libc.setns(home.fileno(), CLONE_NEWNET)
