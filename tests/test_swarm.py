@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import torch
 
-from tensorhub.core.errors import ChecksumMismatch, TransferError
+from tensorhub.core.errors import ChecksumMismatch, RemoteError, TransferError
 from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
@@ -465,3 +465,28 @@ async def test_a_request_for_a_chunk_on_its_way_waits_for_it_instead_of_failing(
         await asyncio.wait_for(peer.get_chunk(mine, c), 10)  # parked, then served, verified
         assert mine.have[c] and partial.have[c]
         await task
+
+
+async def test_a_have_reaches_the_versions_swarm_and_only_while_watched() -> None:
+    """A fetcher's Have goes to the sources it names and to every peer that asked it for
+    the version, ahead of gossip; a node that no longer watches the version ignores it."""
+    async with nodes(3) as (a, b, c):
+        got: list[tuple[str, str, list[int]]] = []
+        stops = [
+            n.watch_haves("m", 1, lambda addr, chunks, who=n.name: got.append((who, addr, chunks)))
+            for n in (b, c)
+        ]
+        await a.peer(b.address)  # a fetches from b: b is named as a source
+        with pytest.raises(RemoteError):  # (a does not hold it yet)
+            await (await c.peer(a.address)).get_manifest("m", 1)  # c asked a: in the swarm
+        a.announce("m", 1, 5, [b.address])
+        for _ in range(200):
+            if len(got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(got) == [("s1", a.address, [5]), ("s2", a.address, [5])]
+        for stop in stops:
+            stop()
+        a.announce("m", 1, 6, [b.address])
+        await asyncio.sleep(0.2)
+        assert len(got) == 2

@@ -137,6 +137,19 @@ class Redirect(Message, frozen=True, tag="redirect"):
     holders: list[str]
 
 
+@register
+class Have(Message, frozen=True, tag="have"):
+    """A fetcher → the peers in the same version's swarm: it holds ``chunks`` now, verified,
+    and serves them at ``addr``. Gossip carries the same news, a round (200 ms) late, when
+    a 4 MiB chunk takes 33 ms at 1 Gbit/s; like gossip's, it is a hint (a wrong one costs a
+    "no_chunk" reply, never wrong bytes)."""
+
+    model: str
+    version: int
+    addr: str
+    chunks: list[int]
+
+
 # --- control plane -------------------------------------------------------------------------
 
 

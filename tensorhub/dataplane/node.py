@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
 from ..core.errors import ChecksumMismatch, TransferError
 from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from ..core.manifest import Manifest
-from ..core.messages import Message
+from ..core.messages import Have, Message
 from ..core.swarm import SuperSeeder
 from ..io import tcp, ucx
 from ..io.shaping import WanShaper
@@ -85,8 +85,9 @@ class Node:
         self._peers: dict[str, PeerHandler] = {}
         self._dialing: dict[str, asyncio.Task[PeerHandler]] = {}
         self.handlers: set[PeerHandler] = set()
-        self.control: dict[type[Message], ControlHandler] = {}
+        self.control: dict[type[Message], ControlHandler] = {Have: self._on_have}
         """Handlers for control-plane messages (Raft, registry requests), by type."""
+        self._have_watchers: dict[tuple[str, int], Callable[[str, list[int]], None]] = {}
         # (late-bound: a test or tool may replace the view after start)
         self.uploads = Uploads(near=lambda peer: self.view.near(peer))  # noqa: PLW0108
         self.shaper: WanShaper | None = None
@@ -141,6 +142,41 @@ class Node:
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))
         return h
+
+    # -- Have: chunk news between the peers of one version's swarm ---------------------------
+
+    def watch_haves(
+        self, model: str, version: int, seen: Callable[[str, list[int]], None]
+    ) -> Callable[[], None]:
+        """Call ``seen(addr, chunks)`` for each Have about (model, version) until the
+        returned function is called (a fetch in progress listens)."""
+        key = (model, version)
+        self._have_watchers[key] = seen
+
+        def stop() -> None:
+            if self._have_watchers.get(key) is seen:
+                del self._have_watchers[key]
+
+        return stop
+
+    def _on_have(self, _peer: PeerHandler, msg: Message) -> None:
+        assert isinstance(msg, Have)
+        seen = self._have_watchers.get((msg.model, msg.version))
+        if seen is not None:
+            seen(msg.addr, msg.chunks)
+
+    def announce(self, model: str, version: int, chunk: int, to: Iterable[str]) -> None:
+        """Tell the swarm of (model, version) we hold ``chunk`` now: the peers at the
+        addresses ``to`` we are connected to, and every peer that asked us for the
+        version. Never dials: a peer we have no connection to learns it by gossip."""
+        told: set[PeerHandler] = set()
+        for addr in to:
+            h = self._peers.get(addr)
+            if h is not None:
+                told.add(h)
+        told |= {h for h in self.handlers if (model, version) in h.asked_for}
+        for h in told:
+            h.tell_have(model, version, self.address, chunk)
 
     async def peer(self, addr: str) -> PeerHandler:
         """An open connection to ``addr`` (one per address, dialled on first use)."""

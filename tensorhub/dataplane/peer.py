@@ -33,6 +33,7 @@ from ..core.messages import (
     Error,
     GetChunk,
     GetManifest,
+    Have,
     ManifestData,
     Message,
     Redirect,
@@ -110,6 +111,9 @@ class PeerHandler:
         self.chunks_served = 0
         self.bytes_served = 0
         self._receiving: int | None = None  # the request whose chunk payload is arriving
+        self._haves: dict[tuple[str, int, str], list[int]] = {}  # to tell, not yet sent
+        self.asked_for: set[tuple[str, int]] = set()
+        """(model, version) the peer asked us for: it is in that version's swarm."""
 
     # -- Handler interface ---------------------------------------------------------------
 
@@ -117,6 +121,7 @@ class PeerHandler:
         self, conn: Connection, msg: Message, payload_len: int
     ) -> Sequence[memoryview] | None:
         if isinstance(msg, GetChunk | GetManifest):
+            self.asked_for.add((msg.model, msg.version))
             self._queue_reply(msg)
             return None
         handler = self._control.get(type(msg))
@@ -285,10 +290,24 @@ class PeerHandler:
             grant = self._uploads.request(peer)
             self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant))
 
+    def tell_have(self, model: str, version: int, addr: str, chunk: int) -> None:
+        """Tell the peer we hold ``chunk`` now (sent ahead of queued replies, coalesced)."""
+        if self.conn.is_closing:
+            return
+        self._haves.setdefault((model, version, addr), []).append(chunk)
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        self._wake.set()
+
     async def _write_loop(self) -> None:
         conn = self.conn
         try:
             while not conn.is_closing:
+                if self._haves:  # small and time-critical: before any queued reply
+                    haves, self._haves = self._haves, {}
+                    for (model, version, addr), chunks in haves.items():
+                        await conn.send(Have(model, version, addr, chunks))
+                    continue
                 if not self._out:
                     self._wake.clear()
                     await self._wake.wait()

@@ -157,6 +157,12 @@ async def swarm_fetch(
 
     _use(session, holders)
     resync()
+
+    def seen(addr: str, chunks: list[int]) -> None:  # a peer's Have: faster than gossip
+        for c in chunks:
+            session.add_chunk(addr, c)
+
+    unwatch = node.watch_haves(model, version, seen)
     try:
         await _fetch_loop(
             driver,
@@ -174,6 +180,8 @@ async def swarm_fetch(
         await asyncio.shield(driver.settled())
         node.store.remove(model, version)  # never leave a broken replica advertised
         raise
+    finally:
+        unwatch()
     t2 = time.perf_counter()
     if t2 - t0 > slow_after(manifest.total_bytes):
         log.warning(
@@ -265,6 +273,10 @@ async def _fetch_loop(
             chunk = await driver.completed(task)
             if chunk is not None:
                 last_progress = time.monotonic()
+                # Tell the version's swarm at once: the fetchers among our sources, and
+                # whoever asked us for it.
+                partial = [n for n, s in planner.sources.items() if n not in planner.full]
+                driver.node.announce(model, version, chunk, partial)
                 if on_chunk is not None:
                     on_chunk(replica, chunk)
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import chain
@@ -469,6 +470,11 @@ class ChunkPlanner:
             src.inflight -= 1
 
     # -- output --------------------------------------------------------------------------------
+
+    @property
+    def full(self) -> AbstractSet[str]:
+        """Sources that hold every chunk (they need no news of ours)."""
+        return self._full
 
     @property
     def done(self) -> bool:
