@@ -50,21 +50,16 @@ def _specs(fetchers: int, seed_spare: bool = True) -> list[Spec]:
 def _phase(
     c: HubProcs, fetchers: list[str], model: str, via: str | None, size: int
 ) -> dict[str, Any]:
-    before = c.uploads()
-    c.call(fetchers, "prepare", model, 1, via)
-    c.call(fetchers, "fetch", model, 1, via)
-    times = c.call(fetchers, "result", model, 1, tag="done")
-    after = c.uploads()
-    delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
+    seconds, delta, failures = c.fetch_all(fetchers, model, 1, via)
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
     cross = sum(b for k, b in delta.items() if c.dc(k.split(">")[0]) != c.dc(k.split(">")[1]))
     remote_dcs = len({c.dc(f) for f in fetchers} - {c.dc("publisher")}) or 1
     return {
-        "seconds": max(t[1] for t in times) - min(t[0] for t in times),
+        "seconds": seconds,
         "publisher_egress_models": pub / size,
         "cross_dc_models_per_remote_dc": cross / size / remote_dcs,
         "fetchers": len(fetchers),
-        "failures": [t[2] for t in times],
+        "failures": failures,
         "bytes_by_link": dict(sorted(delta.items())),
     }
 

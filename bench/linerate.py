@@ -168,21 +168,15 @@ def _tensorhub(fabric: Fabric, receivers: int, size: int) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="tensorhub-linerate-") as tmp,
         HubProcs(specs, tmp) as c,
     ):
-        names = [s.name for s in specs[1:]]
         c.call(["publisher"], "publish", MODEL, 1, size, 3)
-        before = c.uploads()
-        c.call(names, "prepare", MODEL, 1, None)
-        c.call(names, "fetch", MODEL, 1, None)
-        times = c.call(names, "result", MODEL, 1, tag="done")
-        after = c.uploads()
-    delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
+        seconds, delta, failures = c.fetch_all([s.name for s in specs[1:]], MODEL, 1, None)
     received = sum(delta.values())
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
     return {
-        "seconds": max(t[1] for t in times) - min(t[0] for t in times),
+        "seconds": seconds,
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * receivers) - 1.0),
-        "failures": [t[2] for t in times],
+        "failures": failures,
     }
 
 

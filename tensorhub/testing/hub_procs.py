@@ -223,6 +223,21 @@ class HubProcs:
     def resume(self, name: str) -> None:
         os.kill(self.procs[name].pid, signal.SIGCONT)
 
+    def fetch_all(
+        self, names: list[str], model: str, version: int, via: str | None
+    ) -> tuple[float, dict[str, int], list[Any]]:
+        """Every node of ``names`` fetches (model, version) at once (from ``via`` alone, or
+        the swarm): the time from the first start to the last end, the bytes each node
+        uploaded to each other meanwhile ("sender>receiver"), and each fetch's failures."""
+        before = self.uploads()
+        self.call(names, "prepare", model, version, via)
+        self.call(names, "fetch", model, version, via)
+        times = self.call(names, "result", model, version, tag="done")
+        after = self.uploads()
+        delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
+        seconds = max(t[1] for t in times) - min(t[0] for t in times)
+        return seconds, delta, [t[2] for t in times]
+
     def uploads(self) -> dict[str, int]:
         """Bytes each live node uploaded to each other, as "sender>receiver" → bytes."""
         out: dict[str, int] = {}
