@@ -367,7 +367,7 @@ class Swarm:
                 # server still sends them), and are dropped on arrival
             fetcher.inflight[r] = t
             if fetcher.session is not None:
-                fetcher.session.receiving(r)
+                fetcher.session.receiving(r, self.e.now)
             if self.cfg.cut_through and not fetcher.have[c]:
                 self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
 

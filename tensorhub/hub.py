@@ -23,6 +23,7 @@ from collections.abc import (
     AsyncGenerator,
     Awaitable,
     Callable,
+    Iterable,
     Iterator,
     Mapping,
     Sequence,
@@ -55,7 +56,8 @@ from .core.swarm.presets import NODE
 from .core.swarm.serve import NO_CONTEXT, SeedContext, seed_context
 from .dataplane.fetch import FetchResult
 from .dataplane.node import Node
-from .dataplane.swarm import Holder, NoManifest, fetch_manifest, swarm_fetch
+from .dataplane.swarm import NoManifest, fetch_manifest, swarm_fetch
+from .dataplane.view import NO_NEWS, Holder, SourceNews
 from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
 
@@ -125,6 +127,8 @@ class Hub:
         fetched here, or read with :meth:`latest`)."""
         self.fetch_totals: Counter[str] = Counter()  # fetches, bytes, failed requests
         self._name_at: dict[str, str] = {}  # address -> member name, for routing
+        self._source_watch: dict[tuple[str, int], list[Callable[[SourceNews], None]]] = {}
+        gossip.on_changes.append(self._on_gossip_changes)
         self.ucx_across_dcs = False
         """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
         self.super_seed_after: float | None = SUPER_SEED_AFTER
@@ -280,26 +284,33 @@ class Hub:
         copies: int = 1,
         shard: int = 0,
         timeout: float = 60.0,
-        poll: float = 0.005,
     ) -> None:
         """Return once ``copies`` complete copies of the shard exist on other nodes (as
         gossip reports them): then the publisher may unpublish and reuse its memory."""
         dp = _dp(model, shard)
         core = self.gossip.core
-        start = asyncio.get_running_loop().time()
-        deadline = start + timeout
-        # Gossip has no change events: poll the holder view (cheap, local).
-        while (
-            sum(
-                h.complete
-                for n, h in core.holders.holders(dp, version).items()
-                if n != core.name and core.locality_of(n) is not None
-            )
-            < copies
-        ):
-            if asyncio.get_running_loop().time() > deadline:
-                raise NoHolder(f"fewer than {copies} copies of {model} v{version} after {timeout}s")
-            await asyncio.sleep(poll)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        changed = asyncio.Event()
+        unwatch = self._watch_sources(dp, version, lambda _news: changed.set())
+        try:
+            while (
+                sum(
+                    h.complete
+                    for n, h in core.holders.holders(dp, version).items()
+                    if n != core.name and core.locality_of(n) is not None
+                )
+                < copies
+            ):
+                changed.clear()
+                try:
+                    await asyncio.wait_for(changed.wait(), max(0.0, start + timeout - loop.time()))
+                except asyncio.TimeoutError:
+                    raise NoHolder(
+                        f"fewer than {copies} copies of {model} v{version} after {timeout}s"
+                    ) from None
+        finally:
+            unwatch()
         self.replicate_seconds[model].observe(asyncio.get_running_loop().time() - start)
 
     async def unpublish(
@@ -393,9 +404,12 @@ class Hub:
                 yield v
             await asyncio.sleep(poll)
 
-    def _holders(self, dp: str, version: int) -> tuple[list[Holder], list[str], list[str]]:
-        """Holder hints, nearest first; our datacenter's fetchers of this version; and its
-        other live members (by address)."""
+    def _sources(
+        self, dp: str, version: int, names: Iterable[str] | None = None, health: bool = True
+    ) -> SourceNews:
+        """Source news for a fetch of (dp, version): the holders among ``names`` (None:
+        all) as hints, nearest first; our datacenter's fetchers of the version and its
+        other live members; and, with ``health``, what gossip says of each member."""
         core = self.gossip.core
         me = core.me.locality
         my_dc = _dc(me)
@@ -407,16 +421,48 @@ class Hub:
             and _dc(loc) == my_dc
             and (a := core.addr_of(n)) is not None
         ]
-        for name, h in core.holders.holders(dp, version).items():
+        held = core.holders.holders(dp, version)
+        for name, h in held.items():
             addr, loc = core.addr_of(name), core.locality_of(name)
             if addr is None or loc is None or addr == self.address:
                 continue
-            complete = h.complete
-            chunks = None if complete else h.chunks()  # None: all (O(1) for the planner)
-            out.append(Holder(addr, tier(me, loc), chunks, h.origin))
-            if _dc(loc) == my_dc and not complete:
+            if _dc(loc) == my_dc and not h.complete:
                 fetchers.append(addr)
-        return out, fetchers, members
+            if names is not None and name not in names:
+                continue
+            chunks = None if h.complete else h.chunks()  # None: all (O(1) for the planner)
+            out.append(Holder(addr, tier(me, loc), chunks, h.origin))
+        out.sort(key=lambda h: h.tier)
+        return SourceNews(out, fetchers, members, self._health() if health else None)
+
+    def _watch_sources(
+        self, dp: str, version: int, tell: Callable[[SourceNews], None]
+    ) -> Callable[[], None]:
+        """Call ``tell`` with news of (dp, version)'s sources as gossip learns it."""
+        key = (dp, version)
+        self._source_watch.setdefault(key, []).append(tell)
+
+        def unwatch() -> None:
+            tells = self._source_watch.get(key, [])
+            if tell in tells:
+                tells.remove(tell)
+            if not tells:
+                self._source_watch.pop(key, None)
+
+        return unwatch
+
+    def _on_gossip_changes(
+        self, holders: dict[tuple[str, int], set[str]], members: set[str]
+    ) -> None:
+        """Gossip changed holder advertisements or member statuses: tell the fetches (and
+        waiters) watching the versions concerned, with only what changed."""
+        for key, tells in list(self._source_watch.items()):
+            names = holders.get(key)
+            if names is None and not members:
+                continue
+            news = self._sources(*key, names or (), health=bool(members))
+            for tell in list(tells):
+                tell(news)
 
     def _locate(self, name: str) -> tuple[str, int] | None:
         """A node's address and locality tier from us, from gossip (for redirects)."""
@@ -481,7 +527,7 @@ class Hub:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            holders = self._holders(dp, version)[0]
+            holders = self._sources(dp, version, health=False).holders
             if holders:
                 try:
                     return await attempt(holders, max(deadline - loop.time(), 0.1))
@@ -526,9 +572,6 @@ class Hub:
                         holders,
                         expected_root=root,
                         on_chunk=progress,
-                        refresh=lambda: self._holders(dp, version),
-                        locate=self._locate,
-                        health=self._health,
                         timeout=left,
                     ),
                     left + 5.0,  # a backstop: the swarm reports its own deadline, with causes
@@ -766,3 +809,16 @@ class _GossipView:
 
     def ucx_route(self, addr: str) -> str | None:
         return None if self.hub is None else self.hub._ucx_route(addr)
+
+    def sources(self, model: str, version: int) -> SourceNews:
+        return NO_NEWS if self.hub is None else self.hub._sources(model, version)
+
+    def watch_sources(
+        self, model: str, version: int, tell: Callable[[SourceNews], None]
+    ) -> Callable[[], None]:
+        if self.hub is None:
+            return lambda: None
+        return self.hub._watch_sources(model, version, tell)
+
+    def locate(self, name: str) -> tuple[str, int] | None:
+        return None if self.hub is None else self.hub._locate(name)

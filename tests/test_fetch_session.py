@@ -46,7 +46,7 @@ def test_a_verified_chunk_settles_held_and_its_endgame_copy_is_abandoned() -> No
     dup = sent(s.requests(0.0))  # everything in flight: the endgame asks a second holder
     assert len(first) == 1 and len(dup) == 1 and dup[0].duplicate
     assert s.copies(0) == 2
-    s.receiving(first[0])
+    s.receiving(first[0], 0.0)
     assert s.phase[first[0]] is Phase.RECEIVING
     assert s.verified(first[0]) == [Abandon(dup[0]), Settle(0, True)]
     assert s.planner.done and not s.phase and s.copies(0) == 0
@@ -114,9 +114,22 @@ def test_an_impossible_transition_is_a_bug() -> None:
     s = session(n=1)
     s.planner.set_source("a", 1, None)
     (r,) = sent(s.requests(0.0))
-    s.receiving(r)
+    s.receiving(r, 0.0)
     with pytest.raises(RuntimeError, match="cannot go 'receiving' from receiving"):
-        s.receiving(r)
+        s.receiving(r, 0.0)
+
+
+def test_a_request_whose_payload_arrives_is_timed_from_then() -> None:
+    """A request that queued long at its source but began to arrive is not hung: the
+    timeout restarts when its payload starts (a slow link, a deep upload queue)."""
+    s = session(n=2)
+    s.planner.set_source("a", 1, None)
+    r1, r2 = sent(s.requests(0.0))[:2]
+    s.receiving(r1, 9.0)
+    assert s.expire(12.0, timeout=10.0) == []  # issued 12 s ago, but arriving since 9 s
+    out = s.expire(19.5, timeout=10.0)  # 10.5 s without a byte: hung
+    assert {a.request for a in out if isinstance(a, Abandon)} == {r1, r2}
+    assert s.trouble["timed out"] == 2
 
 
 @settings(max_examples=60, deadline=None)

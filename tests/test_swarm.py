@@ -18,6 +18,7 @@ from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PeerHandler
 from tensorhub.dataplane.store import Replica
 from tensorhub.dataplane.swarm import Holder, swarm_fetch
+from tensorhub.dataplane.view import SourceNews, Unaware, Unwatch
 from tensorhub.io import ucx
 from tensorhub.io.shaping import Link, WanShaper
 from tensorhub.io.tcp import Connection
@@ -26,6 +27,28 @@ from tensorhub.io.ucx import UcxConnection
 
 from .models import same_bytes
 from .transports import routed
+
+
+class PushedView(Unaware):
+    """A cluster view whose news the test pushes (as gossip would), and which locates
+    nodes by name."""
+
+    def __init__(self, where: dict[str, tuple[str, int]] | None = None) -> None:
+        self.where = where or {}
+        self.tells: list[Callable[[SourceNews], None]] = []
+
+    def watch_sources(
+        self, model: str, version: int, tell: Callable[[SourceNews], None]
+    ) -> Unwatch:
+        self.tells.append(tell)
+        return lambda: self.tells.remove(tell)
+
+    def push(self, news: SourceNews) -> None:
+        for tell in list(self.tells):
+            tell(news)
+
+    def locate(self, name: str) -> tuple[str, int] | None:
+        return self.where.get(name)
 
 SECRET = b"swarm-secret"
 
@@ -347,6 +370,11 @@ async def test_a_source_gossip_declares_dead_is_dropped_at_once() -> None:
             honest.serve("m", 1, sd, chunk_size=1 << 20)
             into = empty_like_manifest(m)
             t0 = asyncio.get_running_loop().time()
+            view = PushedView()
+            # alive for a while (requests to it are in flight and stuck), then dead
+            verdict = asyncio.get_running_loop().call_later(
+                0.3, view.push, SourceNews(health={stall.address: Status.DEAD})
+            )
             res = await swarm_fetch(
                 me,
                 "m",
@@ -356,13 +384,9 @@ async def test_a_source_gossip_declares_dead_is_dropped_at_once() -> None:
                 expected_root=m.root,
                 config=PlannerConfig(endgame_copies=0),
                 request_timeout=30,
-                # alive for a while (requests to it are in flight and stuck), then dead
-                health=lambda: (
-                    {stall.address: Status.DEAD}
-                    if asyncio.get_running_loop().time() - t0 > 0.3
-                    else {}
-                ),
+                view=view,
             )
+            verdict.cancel()
             assert res.failures.get("holder dead") == 1, res.failures
             assert asyncio.get_running_loop().time() - t0 < 10  # not the request timeout
             assert all(same_bytes(sd[k], into[k]) for k in sd)
@@ -378,41 +402,42 @@ async def test_super_seeding_origin_sends_each_chunk_about_once() -> None:
     sd = model(16)
     async with nodes(5) as (origin, *fetchers):
         m = origin.serve("m", 1, sd, chunk_size=1 << 20, super_seed=5.0, seed_spare=False)
-        by_name = {n.name: n for n in [origin, *fetchers]}
+        where = {n.name: (n.address, 1) for n in [origin, *fetchers]}
+        views = [PushedView(where) for _ in fetchers]
 
-        def locate(name: str) -> tuple[str, int] | None:
-            n = by_name.get(name)
-            return (n.address, 1) if n is not None else None
+        async def gossip() -> None:
+            """What gossip would tell each fetcher: the others' verified chunks."""
+            while True:
+                await asyncio.sleep(0.01)
+                for me, view in zip(fetchers, views, strict=True):
+                    hs = [
+                        Holder(f.address, 1, [i for i, h in enumerate(r.have) if h])
+                        for f in fetchers
+                        if f is not me
+                        for r in f.store
+                    ]
+                    view.push(SourceNews(hs, [f.address for f in fetchers], []))
 
-        def refresh_for(me: Node) -> Callable[[], tuple[list[Holder], list[str], list[str]]]:
-            def refresh() -> tuple[list[Holder], list[str], list[str]]:
-                hs = [Holder(origin.address, 1, origin=True)]
-                for f in fetchers:
-                    if f is not me and len(f.store):
-                        r = next(iter(f.store))
-                        hs.append(Holder(f.address, 1, [i for i, h in enumerate(r.have) if h]))
-                return hs, [f.address for f in fetchers], []
-
-            return refresh
-
+        gossiping = asyncio.ensure_future(gossip())
         intos = [empty_like_manifest(m) for _ in fetchers]
-        await asyncio.gather(
-            *(
-                swarm_fetch(
-                    f,
-                    "m",
-                    1,
-                    into,
-                    [Holder(origin.address, 1, origin=True)],
-                    expected_root=m.root,
-                    refresh=refresh_for(f),
-                    refresh_ticks=1,
-                    locate=locate,
-                    seed=i,
+        try:
+            await asyncio.gather(
+                *(
+                    swarm_fetch(
+                        f,
+                        "m",
+                        1,
+                        into,
+                        [Holder(origin.address, 1, origin=True)],
+                        expected_root=m.root,
+                        view=view,
+                        seed=i,
+                    )
+                    for i, (f, into, view) in enumerate(zip(fetchers, intos, views, strict=True))
                 )
-                for i, (f, into) in enumerate(zip(fetchers, intos, strict=True))
             )
-        )
+        finally:
+            gossiping.cancel()
         for into in intos:
             assert all(same_bytes(sd[k], into[k]) for k in sd)
         egress = sum(h.bytes_served for h in origin.handlers)

@@ -19,7 +19,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -49,6 +49,10 @@ from .outbox import PeerOutbox, cancel_all
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.02
+
+Changes = Callable[[dict[tuple[str, int], set[str]], set[str]], None]
+"""Told (model, version) → nodes whose holder advertisement changed, and the members
+whose status changed, after each gossip step that changed something."""
 GOSSIP_TYPES = (GPing, GAck, GPingReq, GNack, GGossip, GSyn, GSynAck, GDelta, GPushPull)
 
 
@@ -103,6 +107,7 @@ class GossipNode:
         self.tick_seconds = tick
         self._outbox = PeerOutbox(node, limit=256, backoff=tick * 5, max_backoff=tick * 5)
         self._tasks: list[asyncio.Task[None]] = []
+        self.on_changes: list[Changes] = []
         for t in GOSSIP_TYPES:
             node.control[t] = self._on_message
         node.control[GStatusReq] = self._on_status
@@ -160,6 +165,14 @@ class GossipNode:
             peer.conn.send_nowait(reply)
 
     def _flush(self) -> None:
+        """Send what the core queued, and hand on what changed."""
         out, self.core.outbox = self.core.outbox, []
         for addr, msg in out:
             self._outbox.send(addr, msg)
+        holders, members = self.core.take_changes()
+        if holders or members:
+            for tell in self.on_changes:
+                try:
+                    tell(holders, members)
+                except Exception:  # a listener's bug must not stop gossip
+                    log.exception("%s: a gossip change listener failed", self.node.name)

@@ -73,6 +73,7 @@ class _Request:
     parts: list[memoryview] = field(default_factory=list)
     expected_root: bytes | None = None
     abandoned: bool = False  # its reply is read and dropped; its memory is not touched
+    arriving: Callable[[], None] | None = None  # told when its payload begins to arrive
 
 
 @dataclass
@@ -140,6 +141,8 @@ class PeerHandler:
             if req.abandoned:
                 return None  # read into a throwaway buffer
             self._receiving = msg.req
+            if req.arriving is not None:
+                req.arriving()
             return req.parts
         if isinstance(msg, ManifestData):
             if msg.req not in self._pending:
@@ -395,14 +398,16 @@ class PeerHandler:
         *,
         into: list[memoryview] | None = None,
         issued: Callable[[PeerHandler, int], None] | None = None,
+        arriving: Callable[[], None] | None = None,
     ) -> None:
         """Fetch chunk ``chunk`` and verify it: into ``replica``'s memory, then it is held;
         or into ``into`` (scratch memory: an endgame duplicate), and the caller decides.
 
         ``issued(self, rid)`` is called as soon as the request exists, so a caller can
-        :meth:`abandon` it synchronously (a task cancellation lands too late for that)."""
+        :meth:`abandon` it synchronously (a task cancellation lands too late for that);
+        ``arriving()`` when the reply's payload begins (the source is not hung)."""
         parts = replica.data.write_parts(chunk) if into is None else into
-        rid, req = self._new_request(chunk=chunk, replica=replica, parts=parts)
+        rid, req = self._new_request(chunk=chunk, replica=replica, parts=parts, arriving=arriving)
         if issued is not None:
             issued(self, rid)
         try:

@@ -23,7 +23,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 import torch
 
@@ -48,6 +47,9 @@ from .fetch import FetchResult
 from .node import Node
 from .peer import PeerHandler
 from .store import Replica
+from .view import ClusterView, Holder, SourceNews
+
+__all__ = ["Holder", "NoManifest", "fetch_manifest", "swarm_fetch"]
 
 log = logging.getLogger(__name__)
 
@@ -65,26 +67,13 @@ def slow_after(nbytes: int) -> float:
 
 TICK = 0.01
 
-Locate = Callable[[str], tuple[str, int] | None]
-"""A node name → (its address, its locality tier from us), if known (for redirects)."""
-
-Health = Callable[[], Mapping[str, Status]]
-"""What gossip says of each member, by address (one read per refresh)."""
+SUSPECT_TICKS = 10
+"""A suspect source is asked for nothing new for this many ticks, renewed while gossip
+still suspects it (suspicion clears without news when the member refutes it)."""
 
 
 class NoManifest(TransferError):
     """None of the hinted holders could give the manifest (all hints stale or unreachable)."""
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A source hint: its address, locality tier from us, and the chunks it says it has
-    (None: all). Hints may be stale; correctness never depends on them."""
-
-    addr: str
-    tier: int = 2
-    chunks: Iterable[int] | None = None
-    origin: bool = False  # the publisher: asked last, it super-seeds
 
 
 async def fetch_manifest(
@@ -113,26 +102,23 @@ async def swarm_fetch(
     on_chunk: Callable[[Replica, int], None] | None = None,
     # called with -1 once the replica exists, then with each chunk as it is verified
     seed: int | None = None,
-    refresh: Callable[[], tuple[list[Holder], list[str], list[str]]] | None = None,
-    refresh_ticks: int = 10,
-    locate: Locate | None = None,
+    view: ClusterView | None = None,
     request_timeout: float = 10.0,
-    health: Health | None = None,
     timeout: float | None = None,
     record: list[Input] | None = None,
 ) -> FetchResult:
     """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching.
 
-    ``refresh``, if given, is called every ``refresh_ticks`` ticks for the current holder
-    hints, our datacenter's fetchers and its other live members (the WAN owners, in that
-    order), so holders that appear during the fetch — other fetchers' partial replicas —
-    become sources. ``health``, if given, is asked about every source at each refresh: a
-    source gossip declared dead is dropped and its requests in flight are reissued
-    elsewhere at once (a hung process keeps its TCP connections open, so nothing else
-    would tell us before ``request_timeout``); a suspect one gets no new requests.
-    ``timeout``: seconds for the whole fetch, after which it fails with a TransferError
-    saying what was missing and why. ``record``: a list to append the fetch session's
-    inputs to (:func:`~tensorhub.core.swarm.session.replay` replays them)."""
+    ``view`` (by default the node's) tells the fetch of its sources as events: what it
+    knows when the fetch starts, then each change (a holder appearing or growing — other
+    fetchers' partial replicas become sources —, members turning suspect or dead, who in
+    our datacenter fetches too). A source gossip declared dead is dropped and its requests
+    in flight are reissued elsewhere at once (a hung process keeps its TCP connections
+    open, so nothing else would tell us before ``request_timeout``); a suspect one gets no
+    new requests while suspected. ``timeout``: seconds for the whole fetch, after which it
+    fails with a TransferError saying what was missing and why. ``record``: a list to
+    append the fetch session's inputs to (:func:`~tensorhub.core.swarm.session.replay`
+    replays them)."""
     t0 = time.perf_counter()
     local = _held(node, model, version)
     if local is not None:
@@ -145,29 +131,21 @@ async def swarm_fetch(
         on_chunk(replica, -1)  # announce the (empty) replica: we are a fetcher of this version
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
     session = FetchSession(planner, record)
-    driver = _Driver(node, replica, session, locate)
-
-    def resync() -> None:
-        if refresh is not None:
-            hs, fetchers, members = refresh()
-            _use(session, hs)
-            session.set_dc_fetchers(fetchers, members)
-        if health is not None:
-            _apply_health(session, driver, health(), refresh_ticks)
-
+    view = view or node.view
+    driver = _Driver(node, replica, session, view)
     _use(session, holders)
-    resync()
+    news: list[SourceNews] = [view.sources(model, version)]
+    unwatch = view.watch_sources(model, version, news.append)
 
     def seen(addr: str, chunks: list[int]) -> None:  # a peer's Have: faster than gossip
         for c in chunks:
             session.add_chunk(addr, c)
 
-    unwatch = node.watch_haves(model, version, seen)
+    unhave = node.watch_haves(model, version, seen)
     try:
         await _fetch_loop(
             driver,
-            resync,
-            refresh_ticks,
+            news,
             on_chunk=on_chunk,
             stall_timeout=stall_timeout,
             request_timeout=request_timeout,
@@ -182,6 +160,7 @@ async def swarm_fetch(
         raise
     finally:
         unwatch()
+        unhave()
     t2 = time.perf_counter()
     if t2 - t0 > slow_after(manifest.total_bytes):
         log.warning(
@@ -216,43 +195,57 @@ def _use(session: FetchSession, holders: Iterable[Holder]) -> None:
         session.set_source(h.addr, h.tier, h.chunks, h.origin)
 
 
-def _apply_health(
-    session: FetchSession, driver: _Driver, statuses: Mapping[str, Status], ticks: int
-) -> None:
-    """Drop sources gossip declared dead (their requests are reissued at once); ask
-    suspects for nothing new for ``ticks``, unless every source is suspect (under load,
-    suspicion of a live node is common: the fetch would only stall)."""
-    planner = session.planner
-    for name in list(planner.sources):
-        if statuses.get(name) is Status.DEAD:
-            driver.perform(session.source_dead(name))
-    suspects = [n for n in planner.sources if statuses.get(n) is Status.SUSPECT]
-    if len(suspects) < len(planner.sources):
-        for name in suspects:
-            session.suspend(name, ticks)
+def _apply(session: FetchSession, driver: _Driver, news: SourceNews) -> None:
+    """One piece of source news, into the session."""
+    _use(session, news.holders)
+    if news.dc_fetchers is not None:
+        session.set_dc_fetchers(news.dc_fetchers, news.dc_members or ())
+    if news.health is not None:
+        for name in list(session.planner.sources):
+            status = news.health.get(name)
+            if status is Status.DEAD:
+                driver.perform(session.source_dead(name))
+            elif status is Status.SUSPECT:
+                driver.suspects.add(name)
+            elif status is not None:
+                driver.suspects.discard(name)
+        _suspend(session, driver.suspects)
+
+
+def _suspend(session: FetchSession, suspects: set[str]) -> None:
+    """Ask suspects for nothing new for a while, unless every source is suspect (under
+    load, suspicion of a live node is common: the fetch would only stall)."""
+    sources = session.planner.sources
+    live = [n for n in suspects if n in sources]
+    if len(live) < len(sources):
+        for name in live:
+            session.suspend(name, SUSPECT_TICKS)
 
 
 async def _fetch_loop(
     driver: _Driver,
-    resync: Callable[[], None],
-    refresh_ticks: int,
+    news: list[SourceNews],
     *,
     on_chunk: Callable[[Replica, int], None] | None,
     stall_timeout: float,
     request_timeout: float,
     timeout: float | None,
 ) -> None:
-    """Issue, wait, tell the session, until every chunk is verified (or it is stuck)."""
+    """Take news, issue, wait, tell the session, until every chunk is verified (or it is
+    stuck)."""
     session, planner, replica = driver.session, driver.session.planner, driver.replica
     model, version = replica.model, replica.version
     t_ticks = last_progress = time.monotonic()
     deadline = None if timeout is None else t_ticks + timeout
 
     def clock() -> None:
-        """Advance the planner's ticks with wall time (TICK each), refreshing hints."""
-        if session.advance(int((time.monotonic() - t_ticks) / TICK), refresh_ticks):
-            resync()
+        """Advance the planner's ticks with wall time (TICK each); apply news."""
+        if session.advance(int((time.monotonic() - t_ticks) / TICK), SUSPECT_TICKS):
+            _suspend(session, driver.suspects)  # still suspected: renew
+        while news:
+            _apply(session, driver, news.pop(0))
 
+    clock()
     while not planner.done:
         driver.perform(session.requests(time.monotonic()))
         if deadline is not None and time.monotonic() > deadline:
@@ -350,9 +343,10 @@ class _Driver:
     connections and turns each finished request back into an event for it."""
 
     def __init__(
-        self, node: Node, replica: Replica, session: FetchSession, locate: Locate | None
+        self, node: Node, replica: Replica, session: FetchSession, view: ClusterView
     ) -> None:
-        self.node, self.replica, self.session, self._locate = node, replica, session, locate
+        self.node, self.replica, self.session, self.view = node, replica, session, view
+        self.suspects: set[str] = set()  # sources gossip suspects now
         self.running: dict[asyncio.Task[None], Request] = {}
         self._tasks: dict[Request, asyncio.Task[None]] = {}
         self._calls: dict[Request, tuple[PeerHandler, int]] = {}
@@ -381,7 +375,10 @@ class _Driver:
         def issued(peer: PeerHandler, rid: int) -> None:
             self._calls[r] = (peer, rid)
 
-        task = asyncio.ensure_future(_get(self.node, self.replica, r, into, issued))
+        def arriving() -> None:
+            self.session.receiving(r, time.monotonic())
+
+        task = asyncio.ensure_future(_get(self.node, self.replica, r, into, issued, arriving))
         self.running[task] = r
         self._tasks[r] = task
         self.replica.incoming.add(r.chunk)  # peers asking for it meanwhile wait for it here
@@ -443,7 +440,7 @@ class _Driver:
         if isinstance(err, ChecksumMismatch):
             return Outcome.CORRUPT, []
         if isinstance(err, Refused):
-            found = [self._locate(n) if self._locate else None for n in err.holders]
+            found = [self.view.locate(n) for n in err.holders]
             return Outcome.REDIRECTED, [f for f in found if f is not None]
         if isinstance(err, RemoteError):
             if err.code == "unknown_version":
@@ -462,6 +459,7 @@ async def _get(
     r: Request,
     into: list[memoryview] | None,
     issued: Callable[[PeerHandler, int], None],
+    arriving: Callable[[], None],
 ) -> None:
     peer = await node.peer(r.source)
-    await peer.get_chunk(replica, r.chunk, into=into, issued=issued)
+    await peer.get_chunk(replica, r.chunk, into=into, issued=issued, arriving=arriving)

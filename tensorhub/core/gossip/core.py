@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,6 +39,8 @@ from .messages import (
     Update,
 )
 from .state import Change, ScuttlebuttState
+
+EVENTS_KEPT = 4096
 
 
 class RandomLike(Protocol):
@@ -115,7 +118,9 @@ class GossipCore:
         ] = {}  # seq → (origin addr, origin, their seq, deadline)
         self._broadcasts: dict[str, tuple[Update, int]] = {}
         self._rounds = 0
-        self.events: list[tuple[int, str, Status]] = []  # (tick, member, new status) for tests
+        self.events: deque[tuple[int, str, Status]] = deque(maxlen=EVENTS_KEPT)
+        """(tick, member, new status), the latest ones: for tests and tools."""
+        self._status_changed: set[str] = set()
         self._alive_cache: list[str] | None = None
         self._suspects: set[str] = set()
         self._dead_set: set[str] = set()
@@ -126,6 +131,13 @@ class GossipCore:
     @property
     def name(self) -> str:
         return self.me.name
+
+    def take_changes(self) -> tuple[dict[tuple[str, int], set[str]], set[str]]:
+        """What changed since the last call, for the driver to hand on as events (the
+        Ready half of etcd/raft's Ready/Advance): (model, version) → nodes whose holder
+        advertisement changed, and the members whose status changed."""
+        members, self._status_changed = self._status_changed, set()
+        return self.holders.take_changed(), members
 
     def alive(self) -> list[str]:
         """Members not known dead (self included), sorted; cached between status changes."""
@@ -490,6 +502,7 @@ class GossipCore:
         (self._suspects.add if status is Status.SUSPECT else self._suspects.discard)(m.name)
         (self._dead_set.add if status is Status.DEAD else self._dead_set.discard)(m.name)
         self.events.append((self.now, m.name, status))
+        self._status_changed.add(m.name)
 
     # -- dissemination -------------------------------------------------------------------------
 

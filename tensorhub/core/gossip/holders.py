@@ -84,15 +84,27 @@ def tier(a: str, b: str) -> int:
 
 
 class HolderView:
-    """Inverted index of holder advertisements, fed by the gossip state."""
+    """Inverted index of holder advertisements, fed by the gossip state.
+
+    It also remembers which (version, node) pairs changed since the driver last asked
+    (:meth:`take_changed`): a fetch is told of the holders that changed, as events,
+    instead of re-reading every holder's bitmap on a timer."""
 
     def __init__(self) -> None:
         self._by_version: dict[tuple[str, int], dict[str, Holding]] = {}
+        self._changed: dict[tuple[str, int], set[str]] = {}
+
+    def take_changed(self) -> dict[tuple[str, int], set[str]]:
+        """(model, version) → the nodes whose advertisement of it changed since the last
+        call."""
+        out, self._changed = self._changed, {}
+        return out
 
     def update(self, node: str, key: str, value: bytes | None) -> None:
         parsed = parse_hold_key(key)
         if parsed is None:
             return
+        self._changed.setdefault(parsed, set()).add(node)
         holders = self._by_version.setdefault(parsed, {})
         if value is None:
             holders.pop(node, None)
@@ -106,6 +118,7 @@ class HolderView:
 
     def forget(self, node: str) -> None:
         for key in [k for k, hs in self._by_version.items() if node in hs]:
+            self._changed.setdefault(key, set()).add(node)
             del self._by_version[key][node]
             if not self._by_version[key]:
                 del self._by_version[key]

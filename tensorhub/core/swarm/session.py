@@ -148,6 +148,9 @@ class FetchSession:
         self.phase: dict[Request, Phase] = {}
         """Requests not yet ended (a final phase leaves this map)."""
         self.issued_at: dict[Request, float] = {}
+        self._heard: dict[str, float] = {}
+        """When each source's latest payload began to arrive: what :meth:`expire` measures
+        from, with the issue time of the source's oldest request in flight."""
         self.trouble: Counter[str] = Counter()
         """Why requests failed, by name: for the slow-fetch warning and the stuck error."""
         self._copies: Counter[int] = Counter()  # chunk → requests for it not yet ended
@@ -209,9 +212,12 @@ class FetchSession:
         return out
 
     @_input
-    def receiving(self, r: Request) -> None:
-        """``r``'s payload began to arrive."""
-        self._step(r, "receiving")
+    def receiving(self, r: Request, now: float) -> None:
+        """``r``'s payload began to arrive at ``now``: its source is not hung, however long
+        the request queued there (a slow link, a deep upload queue); the timeout starts
+        again for the payload itself."""
+        if self._step(r, "receiving"):
+            self._heard[r.source] = now
 
     @_input
     def verified(self, r: Request) -> list[Action]:
@@ -253,7 +259,11 @@ class FetchSession:
         """Requests unanswered for ``timeout``: their source hangs (alive to TCP, sending
         nothing), so everything in flight to it is stuck behind them; ask others for all
         of it, and leave the source alone a while."""
-        hung = {r.source for r, t in self.issued_at.items() if now - t > timeout}
+        quiet: dict[str, float] = {}  # source → since when it has sent us nothing
+        for r, t in self.issued_at.items():
+            since = max(t, self._heard.get(r.source, t))
+            quiet[r.source] = min(quiet.get(r.source, since), since)
+        hung = {source for source, t in quiet.items() if now - t > timeout}
         out: list[Action] = []
         for q in [q for q in self.phase if q.source in hung]:
             self.trouble["timed out"] += 1
