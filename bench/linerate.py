@@ -142,9 +142,10 @@ def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[s
     }
 
 
-def _tensorhub(fabric: Fabric, receivers: int, size: int) -> dict[str, Any]:
-    """The real stack: Hub processes, one per namespace; the publisher and two receivers
-    are the Raft voters. Everyone is in one rack (a flat fabric)."""
+def _tensorhub(fabric: Fabric, receivers: int, size: int, preset: str) -> dict[str, Any]:
+    """The real stack: Hub processes, one per namespace, with the data-plane ``preset``;
+    the publisher and two receivers are the Raft voters. Everyone is in one rack (a flat
+    fabric)."""
     specs = [
         Spec(
             "publisher",
@@ -152,6 +153,7 @@ def _tensorhub(fabric: Fabric, receivers: int, size: int) -> dict[str, Any]:
             voter=True,
             netns=fabric.ns(0),
             listen=f"{fabric.ip(0)}:{PORT}",
+            dataplane=preset,
         )
     ]
     for i in range(1, receivers + 1):
@@ -162,6 +164,7 @@ def _tensorhub(fabric: Fabric, receivers: int, size: int) -> dict[str, Any]:
                 voter=i <= 2,
                 netns=fabric.ns(i),
                 listen=f"{fabric.ip(i)}:{PORT}",
+                dataplane=preset,
             )
         )
     with (
@@ -186,6 +189,11 @@ def main() -> None:
     ap.add_argument("--size", default="256MiB", help="model bytes (e.g. 256MiB, 1GiB)")
     ap.add_argument("--rate", type=float, default=1000.0, help="each NIC's rate, Mbit/s")
     ap.add_argument("--systems", default="p2p,star,chain,tensorhub")
+    ap.add_argument(
+        "--presets",
+        default="node",
+        help="tensorhub's data-plane presets to run, comma-separated (core/swarm/presets.py)",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     why = unavailable()
@@ -203,7 +211,9 @@ def main() -> None:
         if "chain" in systems:
             results["chain"] = _raw(fabric, everyone, chain=True, size=size)
         if "tensorhub" in systems:
-            results["tensorhub"] = _tensorhub(fabric, n, size)
+            for name in args.presets.split(","):
+                label = "tensorhub" if name == "node" else f"tensorhub ({name})"
+                results[label] = _tensorhub(fabric, n, size, name)
     one = results["p2p"]["seconds"]
     for r in results.values():
         r["last_over_one_copy"] = r["seconds"] / one

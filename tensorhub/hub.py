@@ -50,9 +50,9 @@ from .core.gossip.holders import SAME_RACK, tier
 from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
-from .core.naming import display_name
+from .core.naming import display_name, shard_key, split_key
 from .core.registry import PublishShard, Release, Retain
-from .core.swarm.presets import NODE
+from .core.swarm.presets import NODE, DataPlaneConfig, preset
 from .core.swarm.serve import NO_CONTEXT, SeedContext, seed_context
 from .dataplane.fetch import FetchResult
 from .dataplane.node import Node
@@ -92,17 +92,6 @@ def _dc(locality: str) -> str:
     return locality.split("/", 1)[0]
 
 
-def _dp(model: str, shard: int) -> str:
-    """The data-plane name of one shard of a model."""
-    return f"{model}@{shard}"
-
-
-def _split_dp(dp: str) -> tuple[str, int]:
-    """(model, shard) of a data-plane name (the inverse of :func:`_dp`)."""
-    model, _, shard = dp.rpartition("@")
-    return model, int(shard)
-
-
 class Hub:
     def __init__(
         self, node: Node, gossip: GossipNode, raft: RaftNode | None, seeds: Sequence[str]
@@ -131,9 +120,9 @@ class Hub:
         gossip.on_changes.append(self._on_gossip_changes)
         self.ucx_across_dcs = False
         """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
-        self.super_seed_after: float | None = SUPER_SEED_AFTER
+        self.super_seed_after: float | None = node.dataplane.reserve_after
         """Publish as a super-seeding origin (None: serve every request, as a plain holder)."""
-        self.seed_spare = NODE.seed_spare
+        self.seed_spare = node.dataplane.seed_spare
         """A super-seeding origin with idle upload slots also sends repeat copies (False: its
         NIC carries training traffic, so it sends each chunk once)."""
 
@@ -149,13 +138,18 @@ class Hub:
         data_dir: str | Path | None = None,
         secret: bytes | str | None = None,
         transport: str | None = None,
+        dataplane: DataPlaneConfig | str = NODE,
     ) -> Hub:
         """``transport``: "auto" (default; or ``TENSORHUB_TRANSPORT``), "tcp" or "ucx" —
         see :func:`~tensorhub.dataplane.node.want_ucx`. With UCX, connections to peers of our own
         datacenter that have it too go over UCX; everything else, across datacenters
-        included, over TCP (set :attr:`ucx_across_dcs` to change that)."""
+        included, over TCP (set :attr:`ucx_across_dcs` to change that). ``dataplane``: the
+        data plane's settings, or a preset's name (``core/swarm/presets.py``)."""
+        dp_cfg = preset(dataplane) if isinstance(dataplane, str) else dataplane
         view = _GossipView()
-        node = await Node.start(name, listen=listen, secret=secret, transport=transport, view=view)
+        node = await Node.start(
+            name, listen=listen, secret=secret, transport=transport, view=view, dataplane=dp_cfg
+        )
         try:
             gossip = GossipNode(
                 node, locality, seeds, data_dir=Path(data_dir) / "gossip" if data_dir else None
@@ -246,7 +240,7 @@ class Hub:
         CPU tensors are served in place (no copy: they must not change until
         :meth:`unpublish` returns); CUDA tensors are copied to pinned host memory here,
         so training may write them again as soon as this returns."""
-        dp = _dp(model, shard)
+        dp = shard_key(model, shard)
         manifest = self.node.serve(
             dp,
             version,
@@ -287,7 +281,7 @@ class Hub:
     ) -> None:
         """Return once ``copies`` complete copies of the shard exist on other nodes (as
         gossip reports them): then the publisher may unpublish and reuse its memory."""
-        dp = _dp(model, shard)
+        dp = shard_key(model, shard)
         core = self.gossip.core
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -323,7 +317,7 @@ class Hub:
         version must stay readable: with ``keep_copy`` this node goes on serving it from a
         CPU copy (returns True); without, it withdraws and the version is unavailable until
         it is published again — fetches fail with :class:`NoHolder`, never a wrong byte."""
-        dp = _dp(model, shard)
+        dp = shard_key(model, shard)
         if keep_copy and await self._must_keep(model, version, dp):
             await self._keep_copy(model, version, shard)
             return True
@@ -340,12 +334,12 @@ class Hub:
             for m, v, shard in kept:
                 if v < latest and not await self.registry.retained(model, v):
                     self._kept.discard((m, v, shard))
-                    await self._withdraw(_dp(m, shard), v)
+                    await self._withdraw(shard_key(m, shard), v)
 
     async def _keep_copy(self, model: str, version: int, shard: int) -> None:
         """Go on serving a shard from a CPU copy of our own, and say it lasts. If its bytes
         changed under us (the contract broken), withdraw it: serve nothing wrong."""
-        dp = _dp(model, shard)
+        dp = shard_key(model, shard)
         try:
             await self.node.keep_copy(dp, version)
         except BaseException:
@@ -549,7 +543,7 @@ class Hub:
         """Fetch a committed version into ``into`` (same names, dtypes and shapes), every
         byte verified; then this node holds it and serves it."""
         root = await self._committed_root(model, version, shard)
-        dp = _dp(model, shard)
+        dp = shard_key(model, shard)
         await self._free(into, dp, version)
 
         def progress(replica: Any, chunk: int) -> None:
@@ -606,20 +600,20 @@ class Hub:
         If it is the latest or a retained version and no lasting copy is left elsewhere,
         it goes on from a CPU copy of ours first, so it never silently disappears."""
         for r in self.node.sharing(into):
-            if (r.model, r.version) == (dp, version):
+            if (r.key, r.version) == (dp, version):
                 continue  # the same version again: copied locally by the fetch
-            model, shard = _split_dp(r.model)
-            if r.complete and await self._must_keep(model, r.version, r.model):
+            model, shard = split_key(r.key)
+            if r.complete and await self._must_keep(model, r.version, r.key):
                 await self._keep_copy(model, r.version, shard)
             else:
-                await self._withdraw(r.model, r.version)
+                await self._withdraw(r.key, r.version)
 
     async def manifest(
         self, model: str, version: int, *, shard: int = 0, timeout: float = 60.0
     ) -> Manifest:
         """The committed manifest of a version, from any holder (to allocate buffers once)."""
         root = await self._committed_root(model, version, shard)
-        dp = _dp(model, shard)
+        dp = shard_key(model, shard)
 
         async def attempt(holders: list[Holder], _left: float) -> Manifest:
             return await fetch_manifest(self.node, holders, dp, version, root)

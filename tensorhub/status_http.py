@@ -64,18 +64,18 @@ def status(hub: Hub) -> dict[str, Any]:
         ],
         "versions": versions,
         "replicas": [
-            {"model": r.model, "version": r.version, "chunks": r.held, "of": len(r.have)}
+            {"model": r.key, "version": r.version, "chunks": r.held, "of": len(r.have)}
             for r in hub.node.store
         ],
         "uploads": {
-            "bytes_to": dict(hub.node.uploads.bytes_to),
-            "active": hub.node.uploads.policy.active,
-            "waiting": hub.node.uploads.policy.waiting,
-            "refused": hub.node.uploads.policy.refused,
+            "bytes_to": dict(hub.node.upload_grants.bytes_to),
+            "active": hub.node.upload_grants.policy.active,
+            "waiting": hub.node.upload_grants.policy.waiting,
+            "refused": hub.node.upload_grants.policy.refused,
         },
         "fetches": [
             {
-                "model": f.model,
+                "model": f.key,
                 "version": f.version,
                 "bytes": f.bytes,
                 "seconds": f.seconds,
@@ -96,7 +96,7 @@ class HubCollector(Collector):
         up = CounterMetricFamily(
             "tensorhub_upload_bytes", "Chunk bytes uploaded, by receiving node", labels=["peer"]
         )
-        for peer, n in sorted(hub.node.uploads.bytes_to.items()):
+        for peer, n in sorted(hub.node.upload_grants.bytes_to.items()):
             up.add_metric([peer], n)
         yield up
         totals = hub.fetch_totals
@@ -120,10 +120,12 @@ class HubCollector(Collector):
             "Live members in the gossip view",
             len(hub.gossip.core.alive()),
         )
-        slots = hub.node.uploads.policy
-        yield GaugeMetricFamily("tensorhub_upload_slots_active", "Uploads running", slots.active)
+        slots = hub.node.upload_grants.policy
         yield GaugeMetricFamily(
-            "tensorhub_upload_waiting", "Uploads waiting for a slot", slots.waiting
+            "tensorhub_upload_slots_active", "UploadGrants running", slots.active
+        )
+        yield GaugeMetricFamily(
+            "tensorhub_upload_waiting", "UploadGrants waiting for a slot", slots.waiting
         )
         yield from _histograms(
             "tensorhub_fetch_seconds",
@@ -196,7 +198,7 @@ async def cluster(hub: Hub, rate: SpreadRate) -> dict[str, Any]:
     }
     committed.update({f"{m}@0": v for m, v in latest.items() if f"{m}@0" not in committed})
     chunk_bytes = {
-        (r.model, r.version): r.manifest.total_bytes / max(1, r.manifest.num_chunks)
+        (r.key, r.version): r.manifest.total_bytes / max(1, r.manifest.num_chunks)
         for r in hub.node.store
     }
     return summarize(core, committed, chunk_bytes, rate, time.time())

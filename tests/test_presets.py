@@ -5,16 +5,19 @@ from __future__ import annotations
 import dataclasses
 
 from sim.swarm import SwarmConfig
+import pytest
+
 from tensorhub.core.swarm.presets import (
     DEPARTURES,
     NODE,
     SIMULATED,
     DataPlaneConfig,
     differences,
+    preset,
 )
 from tensorhub.dataplane.swarm import SWARM_CONFIG
-from tensorhub.dataplane.uploads import Uploads
-from tensorhub.hub import SUPER_SEED_AFTER
+from tensorhub.dataplane.upload_grants import UploadGrants
+from tensorhub.hub import SUPER_SEED_AFTER, Hub
 
 
 def test_the_simulator_departs_from_the_node_only_where_it_says_why() -> None:
@@ -27,7 +30,7 @@ def test_the_simulator_runs_its_preset_by_default() -> None:
 
 
 def test_the_node_runs_its_preset() -> None:
-    uploads = Uploads()
+    uploads = UploadGrants()
     got = DataPlaneConfig(
         SWARM_CONFIG,
         uploads.policy.slots,
@@ -44,3 +47,25 @@ def test_differences_names_nested_settings() -> None:
     other = dataclasses.replace(NODE, planner=dataclasses.replace(NODE.planner, total=1))
     assert differences(other, NODE) == {"planner.total"}
     assert differences(dataclasses.replace(NODE, seed_spare=False), NODE) == {"seed_spare"}
+
+
+async def test_a_hub_runs_the_preset_it_is_given() -> None:
+    """A preset chosen by name reaches every setting it names: the upload slots and queue
+    limits, the super-seeder's, and the fetch planner's (bench/linerate.py compares presets
+    in one run this way)."""
+    hub = await Hub.start("p", secret="s" * 32, dataplane="simulated")
+    try:
+        grants = hub.node.upload_grants.policy
+        got = DataPlaneConfig(
+            hub.node.dataplane.planner,
+            grants.slots,
+            grants.max_waiting,
+            grants.near_waiting,
+            hub.super_seed_after,
+            hub.seed_spare,
+        )
+        assert got == SIMULATED
+    finally:
+        await hub.close()
+    with pytest.raises(ValueError, match="no data-plane preset 'fast'"):
+        preset("fast")

@@ -50,6 +50,7 @@ class PushedView(Unaware):
     def locate(self, name: str) -> tuple[str, int] | None:
         return self.where.get(name)
 
+
 SECRET = b"swarm-secret"
 
 
@@ -266,7 +267,7 @@ class _StallingHandler(PeerHandler):
 
 class _StallingNode(Node):
     def _handler(self, conn: Connection) -> PeerHandler:
-        h = _StallingHandler(conn, self.store, self.control, self.uploads)
+        h = _StallingHandler(conn, self.store, self.control, self.upload_grants)
         self.handlers.add(h)
         return h
 

@@ -177,11 +177,11 @@ async def test_withdraw_waits_for_in_flight_uploads(transport: str) -> None:
         replica = a.store.get("m", 1)
         into = empty_like_manifest(m)
         task = asyncio.create_task(b.fetch(a.address, "m", 1, into, window=8))
-        while replica.uploads == 0:
+        while replica.readers == 0:
             await asyncio.sleep(0)
         await a.withdraw("m", 1)
         # Nothing reads the publisher's memory any more: it may be mutated now.
-        assert replica.uploads == 0
+        assert replica.readers == 0
         with pytest.raises(TransferError, match="unknown_version"):
             await task
         assert len(b.store) == 0

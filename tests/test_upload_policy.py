@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import SuperSeeder, UploadSlots
-from tensorhub.dataplane.uploads import Uploads
+from tensorhub.dataplane.upload_grants import UploadGrants
 
 
 def test_origin_sends_each_chunk_once_and_redirects_to_the_recipient() -> None:
@@ -100,10 +100,10 @@ def test_a_rack_mate_may_wait_longer_than_a_farther_requester() -> None:
 
 
 async def test_uploads_ask_who_is_near() -> None:
-    up = Uploads(slots=1, max_waiting=0, near_waiting=1, near={"mate"}.__contains__)
+    up = UploadGrants(slots=1, max_waiting=0, near_waiting=1, near={"mate"}.__contains__)
     up.request("a")
     assert not up.admit("far") and up.admit("mate")
-    blind = Uploads(slots=1, max_waiting=0, near_waiting=1)
+    blind = UploadGrants(slots=1, max_waiting=0, near_waiting=1)
     blind.request("a")
     assert not blind.admit("mate")  # where nodes are is unknown: one limit for all
 
@@ -156,7 +156,7 @@ async def test_a_grant_whose_waiter_was_cancelled_passes_its_slot_on() -> None:
     """Regression (UCX transfer tests, node closing): a writer cancelled while it waited
     for a slot cancelled the grant's future; the release that then handed it the slot
     raised InvalidStateError instead of passing the slot to the next in line."""
-    up = Uploads(slots=1, max_waiting=10)
+    up = UploadGrants(slots=1, max_waiting=10)
     first, gone, next_ = up.request("a"), up.request("b"), up.request("c")
     gone.ready.cancel()
     up.release(first)

@@ -41,6 +41,7 @@ from ..core.gossip.messages import (
     GSynAck,
 )
 from ..core.messages import Message
+from ..core.naming import ShardKey
 from ..dataplane.node import Node
 from ..dataplane.peer import PeerHandler
 from ..io.files import atomic_write
@@ -126,20 +127,20 @@ class GossipNode:
 
     def advertise(
         self,
-        model: str,
+        key: ShardKey,
         version: int,
         have: bytes | bytearray,
         *,
         origin: bool = False,
         borrowed: bool = False,
     ) -> None:
-        """Tell the cluster which chunks of (model, version) we hold, verified, and whether
+        """Tell the cluster which chunks of (key, version) we hold, verified, and whether
         that memory is the application's to reuse (``borrowed``)."""
         holding = Holding.of(have, origin, borrowed)
-        self.core.set_local(hold_key(model, version), encode_holding(holding))
+        self.core.set_local(hold_key(key, version), encode_holding(holding))
 
-    def withdraw(self, model: str, version: int) -> None:
-        self.core.delete_local(hold_key(model, version))
+    def withdraw(self, key: ShardKey, version: int) -> None:
+        self.core.delete_local(hold_key(key, version))
 
     # -- plumbing ------------------------------------------------------------------------------
 

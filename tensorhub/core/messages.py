@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import msgspec
 
+from .naming import ShardKey
+
 
 class Message(msgspec.Struct, frozen=True, tag_field="t", forbid_unknown_fields=True):
     """Base of all wire messages."""
@@ -95,7 +97,7 @@ class Packed(Message, frozen=True, tag="packed"):
 @register
 class GetManifest(Message, frozen=True, tag="get_manifest"):
     req: int
-    model: str
+    key: ShardKey = msgspec.field(name="model")
     version: int
 
 
@@ -111,7 +113,7 @@ class ManifestData(Message, frozen=True, tag="manifest"):
 @register
 class GetChunk(Message, frozen=True, tag="get_chunk"):
     req: int
-    model: str
+    key: ShardKey = msgspec.field(name="model")
     version: int
     chunk: int
 
@@ -144,7 +146,7 @@ class Have(Message, frozen=True, tag="have"):
     a 4 MiB chunk takes 33 ms at 1 Gbit/s; like gossip's, it is a hint (a wrong one costs a
     "no_chunk" reply, never wrong bytes)."""
 
-    model: str
+    key: ShardKey = msgspec.field(name="model")
     version: int
     addr: str
     chunks: list[int]

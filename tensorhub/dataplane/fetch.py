@@ -16,6 +16,7 @@ import torch
 
 from ..core.histogram import CHUNK_BUCKETS, Histogram
 from ..core.manifest import Manifest
+from ..core.naming import ShardKey, split_key
 from ..io.tensors import TensorBytes
 from .peer import PeerHandler
 from .store import Replica
@@ -26,7 +27,8 @@ DEFAULT_WINDOW = 8
 
 @dataclass(frozen=True)
 class FetchResult:
-    model: str
+    key: ShardKey
+    """What was fetched, as the data plane names it (see :attr:`model`, :attr:`shard`)."""
     version: int
     manifest: Manifest
     bytes: int
@@ -39,6 +41,14 @@ class FetchResult:
     """Verified bytes received from each holder (by address)."""
     chunk_seconds: Histogram = field(default_factory=lambda: Histogram(CHUNK_BUCKETS))
     """How long each chunk that landed took, from its request to verified."""
+
+    @property
+    def model(self) -> str:
+        return split_key(self.key)[0]
+
+    @property
+    def shard(self) -> int:
+        return split_key(self.key)[1]
 
     @property
     def gbps(self) -> float:
@@ -58,23 +68,23 @@ async def fetch_chunks(peer: PeerHandler, replica: Replica, window: int = DEFAUL
 
 async def fetch_version(
     peer: PeerHandler,
-    model: str,
+    key: ShardKey,
     version: int,
     into: Mapping[str, torch.Tensor],
     *,
     expected_root: bytes | None = None,
     window: int = DEFAULT_WINDOW,
 ) -> tuple[Replica, FetchResult]:
-    """Fetch (model, version) from ``peer`` into ``into`` (preallocated, same names,
+    """Fetch (key, version) from ``peer`` into ``into`` (preallocated, same names,
     dtypes and shapes). On return every byte is verified and ``into`` holds the version."""
     t0 = time.perf_counter()
-    manifest = await peer.get_manifest(model, version, expected_root)
+    manifest = await peer.get_manifest(key, version, expected_root)
     t1 = time.perf_counter()
     data = TensorBytes.for_destination(manifest, into)
-    replica = Replica(model, version, manifest, data)
+    replica = Replica(key, version, manifest, data)
     await fetch_chunks(peer, replica, window)
     data.finalize()
     t2 = time.perf_counter()
     return replica, FetchResult(
-        model, version, manifest, manifest.total_bytes, manifest.num_chunks, t2 - t0, t1 - t0
+        key, version, manifest, manifest.total_bytes, manifest.num_chunks, t2 - t0, t1 - t0
     )

@@ -18,14 +18,16 @@ from ..core.errors import ChecksumMismatch, TransferError
 from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from ..core.manifest import Manifest
 from ..core.messages import Have, Message
+from ..core.naming import ShardKey
 from ..core.swarm import SuperSeeder
+from ..core.swarm.presets import NODE, DataPlaneConfig
 from ..io import tcp, ucx
 from ..io.shaping import WanShaper
 from ..io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
 from .fetch import DEFAULT_WINDOW, FetchResult, fetch_version
 from .peer import ControlHandler, PeerHandler
 from .store import LocalStore, Replica
-from .uploads import Uploads
+from .upload_grants import UploadGrants
 from .view import ClusterView, Unaware
 
 log = logging.getLogger(__name__)
@@ -72,8 +74,16 @@ class Node:
     datacenter, both ends with UCX) — and over TCP otherwise.
     """
 
-    def __init__(self, name: str, secret: bytes, view: ClusterView | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        secret: bytes,
+        view: ClusterView | None = None,
+        dataplane: DataPlaneConfig = NODE,
+    ) -> None:
         self.name = name
+        self.dataplane = dataplane
+        """Upload slots and queue limits (here), the fetch planner's settings (swarm.py)."""
         self._secret = secret
         self.store = LocalStore()
         self._server: tcp.Server | None = None
@@ -89,7 +99,12 @@ class Node:
         """Handlers for control-plane messages (Raft, registry requests), by type."""
         self._have_watchers: dict[tuple[str, int], Callable[[str, list[int]], None]] = {}
         # (late-bound: a test or tool may replace the view after start)
-        self.uploads = Uploads(near=lambda peer: self.view.near(peer))  # noqa: PLW0108
+        self.upload_grants = UploadGrants(
+            dataplane.upload_slots,
+            dataplane.max_waiting,
+            dataplane.near_waiting,
+            near=lambda peer: self.view.near(peer),  # noqa: PLW0108
+        )
         self.shaper: WanShaper | None = None
         """WAN emulation (off unless set: the launcher sets it from a topology)."""
 
@@ -102,10 +117,11 @@ class Node:
         secret: bytes | str | None = None,
         transport: str | None = None,
         view: ClusterView | None = None,
+        dataplane: DataPlaneConfig = NODE,
     ) -> Node:
         """Listen on ``listen`` (TCP) and, if :func:`want_ucx` says so, on UCX (a free port
         on the same host)."""
-        node = cls(name, resolve_secret(secret), view)
+        node = cls(name, resolve_secret(secret), view, dataplane)
         node._server = await tcp.listen(
             listen, node=name, secret=node._secret, handler_factory=node._handler
         )
@@ -135,7 +151,7 @@ class Node:
             conn,
             self.store,
             self.control,
-            self.uploads,
+            self.upload_grants,
             lambda peer, _replica: self.view.seed_context(peer),
             lambda: self.shaper,
         )
@@ -146,27 +162,27 @@ class Node:
     # -- Have: chunk news between the peers of one version's swarm ---------------------------
 
     def watch_haves(
-        self, model: str, version: int, seen: Callable[[str, list[int]], None]
+        self, key: ShardKey, version: int, seen: Callable[[str, list[int]], None]
     ) -> Callable[[], None]:
-        """Call ``seen(addr, chunks)`` for each Have about (model, version) until the
+        """Call ``seen(addr, chunks)`` for each Have about (key, version) until the
         returned function is called (a fetch in progress listens)."""
-        key = (model, version)
-        self._have_watchers[key] = seen
+        watch = (key, version)
+        self._have_watchers[watch] = seen
 
         def stop() -> None:
-            if self._have_watchers.get(key) is seen:
-                del self._have_watchers[key]
+            if self._have_watchers.get(watch) is seen:
+                del self._have_watchers[watch]
 
         return stop
 
     def _on_have(self, _peer: PeerHandler, msg: Message) -> None:
         assert isinstance(msg, Have)
-        seen = self._have_watchers.get((msg.model, msg.version))
+        seen = self._have_watchers.get((msg.key, msg.version))
         if seen is not None:
             seen(msg.addr, msg.chunks)
 
-    def announce(self, model: str, version: int, chunk: int, to: Iterable[str]) -> None:
-        """Tell the swarm of (model, version) we hold ``chunk`` now: the peers at the
+    def announce(self, key: ShardKey, version: int, chunk: int, to: Iterable[str]) -> None:
+        """Tell the swarm of (key, version) we hold ``chunk`` now: the peers at the
         addresses ``to`` we are connected to, and every peer that asked us for the
         version. Never dials: a peer we have no connection to learns it by gossip."""
         told: set[PeerHandler] = set()
@@ -174,9 +190,9 @@ class Node:
             h = self._peers.get(addr)
             if h is not None:
                 told.add(h)
-        told |= {h for h in self.handlers if (model, version) in h.asked_for}
+        told |= {h for h in self.handlers if (key, version) in h.asked_for}
         for h in told:
-            h.tell_have(model, version, self.address, chunk)
+            h.tell_have(key, version, self.address, chunk)
 
     async def peer(self, addr: str) -> PeerHandler:
         """An open connection to ``addr`` (one per address, dialled on first use)."""
@@ -228,7 +244,7 @@ class Node:
 
     def serve(
         self,
-        model: str,
+        key: ShardKey,
         version: int,
         tensors: Mapping[str, torch.Tensor],
         *,
@@ -237,7 +253,7 @@ class Node:
         super_seed: float | None = None,
         seed_spare: bool = True,
     ) -> Manifest:
-        """Hold ``tensors`` as (model, version) and serve them (no copy is made of
+        """Hold ``tensors`` as (key, version) and serve them (no copy is made of
         contiguous CPU tensors: they must not change until :meth:`withdraw` returns;
         device tensors are copied to pinned host memory here and may change at once).
 
@@ -247,20 +263,20 @@ class Node:
         NIC also carries training traffic)."""
         data = TensorBytes.from_state_dict(tensors, chunk_size, align)
         manifest = build_manifest(data)
-        replica = Replica(model, version, manifest, data)
+        replica = Replica(key, version, manifest, data)
         if super_seed is not None:
             replica.seeder = SuperSeeder(manifest.num_chunks, super_seed, seed_spare)
         replica.have[:] = b"\x01" * manifest.num_chunks
         self.store.add(replica)
         return manifest
 
-    async def keep_copy(self, model: str, version: int) -> None:
-        """Go on serving (model, version) from a private CPU copy instead of the caller's
+    async def keep_copy(self, key: ShardKey, version: int) -> None:
+        """Go on serving (key, version) from a private CPU copy instead of the caller's
         tensors; returns once no upload reads the caller's memory any more.
 
         The copy is verified chunk by chunk against the manifest, so a publisher that broke
         the mutability contract is caught here instead of serving wrong bytes."""
-        old = self.store.get(model, version)
+        old = self.store.get(key, version)
         m = old.manifest
         data = TensorBytes.for_destination(m, empty_like_manifest(m))
 
@@ -268,14 +284,14 @@ class Node:
             for i in range(m.num_chunks):
                 if not copy_chunk(old.data, data, m, i):
                     raise ChecksumMismatch(
-                        f"{model} v{version} chunk {i} changed while published "
+                        f"{key} v{version} chunk {i} changed while published "
                         "(the buffer must not change until unpublish returns)"
                     )
 
         await asyncio.to_thread(copy)
         data.finalize()
         data.borrowed = False  # ours: it stays until we let it go
-        new = Replica(model, version, m, data, bytearray(old.have), seeder=old.seeder)
+        new = Replica(key, version, m, data, bytearray(old.have), seeder=old.seeder)
         self.store.replace(new)
         await old.drained()
 
@@ -284,15 +300,15 @@ class Node:
         ts = list(tensors.values())
         return [r for r in self.store if r.data.shares_memory(ts)]
 
-    async def withdraw(self, model: str, version: int) -> None:
-        """Stop serving (model, version); returns once no upload reads its memory."""
-        replica = self.store.remove(model, version)
+    async def withdraw(self, key: ShardKey, version: int) -> None:
+        """Stop serving (key, version); returns once no upload reads its memory."""
+        replica = self.store.remove(key, version)
         await replica.drained()
 
     async def fetch(
         self,
         addr: str,
-        model: str,
+        key: ShardKey,
         version: int,
         into: Mapping[str, torch.Tensor],
         *,
@@ -303,7 +319,7 @@ class Node:
         """Fetch a whole version from the peer at ``addr``; then (if ``hold``) serve it too."""
         peer = await self.peer(addr)
         replica, result = await fetch_version(
-            peer, model, version, into, expected_root=expected_root, window=window
+            peer, key, version, into, expected_root=expected_root, window=window
         )
         if hold:
             self.store.add(replica)

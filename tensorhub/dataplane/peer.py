@@ -38,12 +38,13 @@ from ..core.messages import (
     Message,
     Redirect,
 )
+from ..core.naming import ShardKey
 from ..core.swarm import SeedDecision
 from ..core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
 from ..io.shaping import WanShaper
 from ..io.tcp import Connection
 from .store import LocalStore, Replica
-from .uploads import Grant, Uploads
+from .upload_grants import Grant, UploadGrants
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,14 @@ class PeerHandler:
         conn: Connection,
         store: LocalStore,
         control: Mapping[type[Message], ControlHandler] | None = None,
-        uploads: Uploads | None = None,
+        grants: UploadGrants | None = None,
         seed_context: SeedView | None = None,
         shaper: Callable[[], WanShaper | None] | None = None,
     ) -> None:
         self.conn = conn
         self.store = store
         self._control = control or {}
-        self._uploads = uploads or Uploads()
+        self._grants = grants or UploadGrants()
         self._seed_context = seed_context
         self._shaper = shaper or (lambda: None)
         self._unflushed: deque[tuple[int, Replica, Grant]] = deque()
@@ -114,7 +115,7 @@ class PeerHandler:
         self._receiving: int | None = None  # the request whose chunk payload is arriving
         self._haves: dict[tuple[str, int, str], list[int]] = {}  # to tell, not yet sent
         self.asked_for: set[tuple[str, int]] = set()
-        """(model, version) the peer asked us for: it is in that version's swarm."""
+        """(key, version) the peer asked us for: it is in that version's swarm."""
 
     # -- Handler interface ---------------------------------------------------------------
 
@@ -122,7 +123,7 @@ class PeerHandler:
         self, conn: Connection, msg: Message, payload_len: int
     ) -> Sequence[memoryview] | None:
         if isinstance(msg, GetChunk | GetManifest):
-            self.asked_for.add((msg.model, msg.version))
+            self.asked_for.add((msg.key, msg.version))
             self._queue_reply(msg)
             return None
         handler = self._control.get(type(msg))
@@ -202,7 +203,7 @@ class PeerHandler:
         if got != want:
             req.fut.set_exception(
                 ChecksumMismatch(
-                    f"chunk {req.chunk} of {req.replica.model} v{req.replica.version} from "
+                    f"chunk {req.chunk} of {req.replica.key} v{req.replica.version} from "
                     f"{peer}: digest {got.hex() if got else '?'} != manifest {want.hex()}"
                 )
             )
@@ -229,7 +230,7 @@ class PeerHandler:
         if len(self._out) >= MAX_QUEUED_REQUESTS:
             raise ProtocolError(f"more than {MAX_QUEUED_REQUESTS} requests queued")
         try:
-            replica = self.store.get(msg.model, msg.version)
+            replica = self.store.get(msg.key, msg.version)
         except UnknownVersion as e:
             self._out.append(_Reply(Error("unknown_version", str(e), msg.req)))
         else:
@@ -269,13 +270,13 @@ class PeerHandler:
                 remote=ctx.remote,
                 local_busy=ctx.local_busy,
                 alive=ctx.can_pass_on,
-                spare=self._uploads.policy.has_spare(),
+                spare=self._grants.policy.has_spare(),
             )
 
         d = serve_decision(
             have=bool(replica.have[msg.chunk]),
             incoming=msg.chunk in replica.incoming,
-            admit=lambda: self._uploads.admit(peer),
+            admit=lambda: self._grants.admit(peer),
             seed=seed if seeder is not None else None,
         )
         if d.verdict is Verdict.PARK:
@@ -289,15 +290,15 @@ class PeerHandler:
         else:
             if seeder is not None:
                 seeder.sent(msg.chunk, peer, now)
-            replica.begin_upload()
-            grant = self._uploads.request(peer)
+            replica.begin_read()
+            grant = self._grants.request(peer)
             self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant))
 
-    def tell_have(self, model: str, version: int, addr: str, chunk: int) -> None:
+    def tell_have(self, key: ShardKey, version: int, addr: str, chunk: int) -> None:
         """Tell the peer we hold ``chunk`` now (sent ahead of queued replies, coalesced)."""
         if self.conn.is_closing:
             return
-        self._haves.setdefault((model, version, addr), []).append(chunk)
+        self._haves.setdefault((key, version, addr), []).append(chunk)
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         self._wake.set()
@@ -308,8 +309,8 @@ class PeerHandler:
             while not conn.is_closing:
                 if self._haves:  # small and time-critical: before any queued reply
                     haves, self._haves = self._haves, {}
-                    for (model, version, addr), chunks in haves.items():
-                        await conn.send(Have(model, version, addr, chunks))
+                    for (key, version, addr), chunks in haves.items():
+                        await conn.send(Have(key, version, addr, chunks))
                     continue
                 if not self._out:
                     self._wake.clear()
@@ -335,7 +336,7 @@ class PeerHandler:
                         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
                     self.chunks_served += 1
                     self.bytes_served += n
-                    self._uploads.count(conn.peer or "?", r.model, r.version, n)
+                    self._grants.count(conn.peer or "?", r.key, r.version, n)
                 else:
                     await conn.send(reply.msg)
                 self._out.popleft()
@@ -349,8 +350,8 @@ class PeerHandler:
     def _drop(self, reply: _Reply) -> None:
         """A queued chunk reply that will never be sent: give back what it holds."""
         if reply.grant is not None and reply.replica is not None:
-            self._uploads.release(reply.grant)
-            reply.replica.end_upload()
+            self._grants.release(reply.grant)
+            reply.replica.end_read()
             reply.grant = None
 
     async def _flush_loop(self) -> None:
@@ -362,12 +363,12 @@ class PeerHandler:
                 mark, replica, grant = unflushed[0]
                 await conn.wait_flushed(mark)
                 unflushed.popleft()
-                self._uploads.release(grant)
-                replica.end_upload()
+                self._grants.release(grant)
+                replica.end_read()
         finally:
             for _mark, replica, grant in unflushed:  # closed: nothing more leaves
-                self._uploads.release(grant)
-                replica.end_upload()
+                self._grants.release(grant)
+                replica.end_read()
             unflushed.clear()
             self._flusher = None
 
@@ -383,10 +384,10 @@ class PeerHandler:
         return rid, req
 
     async def get_manifest(
-        self, model: str, version: int, expected_root: bytes | None = None
+        self, key: ShardKey, version: int, expected_root: bytes | None = None
     ) -> Manifest:
         rid, req = self._new_request(expected_root=expected_root)
-        await self.conn.send(GetManifest(rid, model, version))
+        await self.conn.send(GetManifest(rid, key, version))
         result = await req.fut
         assert isinstance(result, Manifest)
         return result
@@ -414,7 +415,7 @@ class PeerHandler:
             shaper = self._shaper()
             if shaper is not None:  # WAN emulation: the request leaves one RTT late
                 await shaper.request(self.conn.peer or "?")
-            await self.conn.send(GetChunk(rid, replica.model, replica.version, chunk))
+            await self.conn.send(GetChunk(rid, replica.key, replica.version, chunk))
             await req.fut
         except asyncio.CancelledError:
             self.abandon(rid)

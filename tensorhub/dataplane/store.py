@@ -13,18 +13,19 @@ from dataclasses import dataclass, field
 
 from ..core.errors import UnknownVersion
 from ..core.manifest import Manifest
+from ..core.naming import ShardKey
 from ..core.swarm import SuperSeeder
 from ..io.tensors import TensorBytes
 
 
 @dataclass
 class Replica:
-    model: str
+    key: ShardKey
     version: int
     manifest: Manifest
     data: TensorBytes
     have: bytearray = field(default_factory=bytearray)
-    uploads: int = 0
+    readers: int = 0  # uploads reading this replica's memory now
     withdrawn: bool = False
     seeder: SuperSeeder | None = None  # set on an origin's replica: it super-seeds
     incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
@@ -63,13 +64,13 @@ class Replica:
         for chunk in list(self._parked):
             self.settle(chunk)
 
-    def begin_upload(self) -> None:
-        self.uploads += 1
+    def begin_read(self) -> None:
+        self.readers += 1
         self._idle.clear()
 
-    def end_upload(self) -> None:
-        self.uploads -= 1
-        if self.uploads == 0:
+    def end_read(self) -> None:
+        self.readers -= 1
+        if self.readers == 0:
             self._idle.set()
 
     async def drained(self) -> None:
@@ -78,35 +79,35 @@ class Replica:
 
 
 class LocalStore:
-    """(model, version) → Replica for everything this node can serve."""
+    """(key, version) → Replica for everything this node can serve."""
 
     def __init__(self) -> None:
         self._replicas: dict[tuple[str, int], Replica] = {}
 
     def add(self, replica: Replica) -> None:
-        key = (replica.model, replica.version)
+        key = (replica.key, replica.version)
         if key in self._replicas:
-            raise ValueError(f"{replica.model} v{replica.version} is already held here")
+            raise ValueError(f"{replica.key} v{replica.version} is already held here")
         self._replicas[key] = replica
 
-    def get(self, model: str, version: int) -> Replica:
-        r = self._replicas.get((model, version))
+    def get(self, key: ShardKey, version: int) -> Replica:
+        r = self._replicas.get((key, version))
         if r is None or r.withdrawn:
-            raise UnknownVersion(f"{model} v{version} is not held by this node")
+            raise UnknownVersion(f"{key} v{version} is not held by this node")
         return r
 
     def replace(self, replica: Replica) -> Replica:
         """Serve ``replica`` instead of the one held for its version, atomically (no request
         sees the version missing); returns the old one, withdrawn."""
-        old = self.get(replica.model, replica.version)
+        old = self.get(replica.key, replica.version)
         old.withdrawn = True
-        self._replicas[(replica.model, replica.version)] = replica
+        self._replicas[(replica.key, replica.version)] = replica
         return old
 
-    def remove(self, model: str, version: int) -> Replica:
-        r = self.get(model, version)
+    def remove(self, key: ShardKey, version: int) -> Replica:
+        r = self.get(key, version)
         r.withdrawn = True
-        del self._replicas[(model, version)]
+        del self._replicas[(key, version)]
         r.incoming.clear()
         r.settle_all()  # parked requests now learn it is gone
         return r

@@ -38,7 +38,7 @@ from ..core.errors import (
 from ..core.gossip.membership import Status
 from ..core.histogram import CHUNK_BUCKETS, Histogram
 from ..core.manifest import Manifest
-from ..core.naming import display_name
+from ..core.naming import ShardKey, display_name
 from ..core.swarm import ChunkPlanner, PlannerConfig, Request
 from ..core.swarm.presets import NODE
 from ..core.swarm.session import Abandon, Action, FetchSession, Input, Outcome, Send
@@ -57,7 +57,7 @@ SWARM_CONFIG = NODE.planner
 
 SLOW_FETCH_RATE = 100e6
 """Bytes/s under which a finished fetch is logged as slow (with its causes): about a
-1 Gbit/s NIC's rate. A fixed time (1 s) warned on every fetch of a large model."""
+1 Gbit/s NIC's rate. A fixed time (1 s) warned on every fetch of a large key."""
 
 
 def slow_after(nbytes: int) -> float:
@@ -77,27 +77,27 @@ class NoManifest(TransferError):
 
 
 async def fetch_manifest(
-    node: Node, holders: list[Holder], model: str, version: int, expected_root: bytes | None
+    node: Node, holders: list[Holder], key: ShardKey, version: int, expected_root: bytes | None
 ) -> Manifest:
     errors = []
     for h in sorted(holders, key=lambda h: h.tier):
         try:
             peer = await node.peer(h.addr)
-            return await peer.get_manifest(model, version, expected_root)
+            return await peer.get_manifest(key, version, expected_root)
         except (TensorHubError, OSError) as e:
             errors.append(f"{h.addr}: {e}")
-    raise NoManifest(f"no holder gave the manifest of {display_name(model)} v{version}: {errors}")
+    raise NoManifest(f"no holder gave the manifest of {display_name(key)} v{version}: {errors}")
 
 
 async def swarm_fetch(
     node: Node,
-    model: str,
+    key: ShardKey,
     version: int,
     into: Mapping[str, torch.Tensor],
     holders: list[Holder],
     *,
     expected_root: bytes | None = None,
-    config: PlannerConfig = SWARM_CONFIG,
+    config: PlannerConfig | None = None,
     stall_timeout: float = 10.0,
     on_chunk: Callable[[Replica, int], None] | None = None,
     # called with -1 once the replica exists, then with each chunk as it is verified
@@ -107,7 +107,7 @@ async def swarm_fetch(
     timeout: float | None = None,
     record: list[Input] | None = None,
 ) -> FetchResult:
-    """Fetch (model, version) into ``into`` from ``holders``; serve it while fetching.
+    """Fetch (key, version) into ``into`` from ``holders``; serve it while fetching.
 
     ``view`` (by default the node's) tells the fetch of its sources as events: what it
     knows when the fetch starts, then each change (a holder appearing or growing — other
@@ -120,28 +120,29 @@ async def swarm_fetch(
     append the fetch session's inputs to (:func:`~tensorhub.core.swarm.session.replay`
     replays them)."""
     t0 = time.perf_counter()
-    local = _held(node, model, version)
+    local = _held(node, key, version)
     if local is not None:
-        return _copy_local(local, model, version, into, expected_root, t0)
-    manifest = await fetch_manifest(node, holders, model, version, expected_root)
+        return _copy_local(local, key, version, into, expected_root, t0)
+    manifest = await fetch_manifest(node, holders, key, version, expected_root)
     t1 = time.perf_counter()
-    replica = Replica(model, version, manifest, TensorBytes.for_destination(manifest, into))
+    replica = Replica(key, version, manifest, TensorBytes.for_destination(manifest, into))
     node.store.add(replica)  # partial: serves each chunk once verified
     if on_chunk is not None:
         on_chunk(replica, -1)  # announce the (empty) replica: we are a fetcher of this version
+    config = config or node.dataplane.planner
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
     session = FetchSession(planner, record)
     view = view or node.view
     driver = _Driver(node, replica, session, view)
     _use(session, holders)
-    news: list[SourceNews] = [view.sources(model, version)]
-    unwatch = view.watch_sources(model, version, news.append)
+    news: list[SourceNews] = [view.sources(key, version)]
+    unwatch = view.watch_sources(key, version, news.append)
 
     def seen(addr: str, chunks: list[int]) -> None:  # a peer's Have: faster than gossip
         for c in chunks:
             session.add_chunk(addr, c)
 
-    unhave = node.watch_haves(model, version, seen)
+    unhave = node.watch_haves(key, version, seen)
     try:
         await _fetch_loop(
             driver,
@@ -156,7 +157,7 @@ async def swarm_fetch(
     except BaseException:
         driver.perform(session.abandon_all())  # nothing may write into the caller's tensors
         await asyncio.shield(driver.settled())
-        node.store.remove(model, version)  # never leave a broken replica advertised
+        node.store.remove(key, version)  # never leave a broken replica advertised
         raise
     finally:
         unwatch()
@@ -167,7 +168,7 @@ async def swarm_fetch(
             "%s: fetch of %s v%d took %.1fs, slower than %.0f MB/s (manifest %.1fs; failed "
             "requests: %s; WAN requests %d; sources %s)",
             node.name,
-            display_name(model),
+            display_name(key),
             version,
             t2 - t0,
             SLOW_FETCH_RATE / 1e6,
@@ -177,7 +178,7 @@ async def swarm_fetch(
             sorted((s.tier, n) for n, s in planner.sources.items()),
         )
     return FetchResult(
-        model,
+        key,
         version,
         manifest,
         manifest.total_bytes,
@@ -234,7 +235,7 @@ async def _fetch_loop(
     """Take news, issue, wait, tell the session, until every chunk is verified (or it is
     stuck)."""
     session, planner, replica = driver.session, driver.session.planner, driver.replica
-    model, version = replica.model, replica.version
+    key, version = replica.key, replica.version
     t_ticks = last_progress = time.monotonic()
     deadline = None if timeout is None else t_ticks + timeout
 
@@ -249,10 +250,10 @@ async def _fetch_loop(
     while not planner.done:
         driver.perform(session.requests(time.monotonic()))
         if deadline is not None and time.monotonic() > deadline:
-            raise _stuck(planner, model, version, session.trouble, f"not done after {timeout}s")
+            raise _stuck(planner, key, version, session.trouble, f"not done after {timeout}s")
         if not driver.running:
             if time.monotonic() - last_progress > stall_timeout:
-                raise _stuck(planner, model, version, session.trouble)
+                raise _stuck(planner, key, version, session.trouble)
             await asyncio.sleep(TICK)
             clock()
             continue
@@ -269,13 +270,13 @@ async def _fetch_loop(
                 # Tell the version's swarm at once: the fetchers among our sources, and
                 # whoever asked us for it.
                 partial = [n for n, s in planner.sources.items() if n not in planner.full]
-                driver.node.announce(model, version, chunk, partial)
+                driver.node.announce(key, version, chunk, partial)
                 if on_chunk is not None:
                     on_chunk(replica, chunk)
 
 
 def _stuck(
-    planner: ChunkPlanner, model: str, version: int, trouble: Counter[str], why: str = ""
+    planner: ChunkPlanner, key: ShardKey, version: int, trouble: Counter[str], why: str = ""
 ) -> TensorHubError:
     """The error for a fetch that can make no more progress (or ran out of time):
     ChecksumMismatch if every holder of a missing chunk sent corrupt data (retries
@@ -283,9 +284,7 @@ def _stuck(
     missing = planner.missing()
     holders = {n for n, s in planner.sources.items() if any(c in s.chunks for c in missing)}
     lead = f"{why}, " if why else ""
-    what = (
-        f"{display_name(model)} v{version}: {lead}chunks {missing[:8]} (of {len(missing)} missing)"
-    )
+    what = f"{display_name(key)} v{version}: {lead}chunks {missing[:8]} (of {len(missing)} missing)"
     if holders and all(planner.sources[n].strikes for n in holders):
         return ChecksumMismatch(
             f"{what}: every holder of them sent bytes that do not match the published "
@@ -301,16 +300,16 @@ def _stuck(
     )
 
 
-def _held(node: Node, model: str, version: int) -> Replica | None:
+def _held(node: Node, key: ShardKey, version: int) -> Replica | None:
     try:
-        return node.store.get(model, version)
+        return node.store.get(key, version)
     except UnknownVersion:
         return None
 
 
 def _copy_local(
     replica: Replica,
-    model: str,
+    key: ShardKey,
     version: int,
     into: Mapping[str, torch.Tensor],
     expected_root: bytes | None,
@@ -320,22 +319,22 @@ def _copy_local(
     m = replica.manifest
     if expected_root is not None and m.root != expected_root:
         raise ManifestError(
-            f"{display_name(model)} v{version} held here has root {m.root.hex()}, "
+            f"{display_name(key)} v{version} held here has root {m.root.hex()}, "
             f"not the expected {expected_root.hex()}"
         )
     if not replica.complete:
         raise TransferError(
-            f"a fetch of {display_name(model)} v{version} is already in progress here"
+            f"a fetch of {display_name(key)} v{version} is already in progress here"
         )
     dest = TensorBytes.for_destination(m, into)
     for i in range(m.num_chunks):
         if not copy_chunk(replica.data, dest, m, i):
             raise ChecksumMismatch(
-                f"chunk {i} of {display_name(model)} v{version} changed in memory here"
+                f"chunk {i} of {display_name(key)} v{version} changed in memory here"
             )
     dest.finalize()
     dt = time.perf_counter() - t0
-    return FetchResult(model, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
+    return FetchResult(key, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
 
 
 class _Driver:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..core.gossip.membership import Status
+from ..core.naming import ShardKey
 from ..core.swarm.serve import NO_CONTEXT, SeedContext
 
 
@@ -65,12 +66,12 @@ class ClusterView(Protocol):
         """The UCX address to dial for the peer at TCP ``addr``, or None for TCP."""
         ...
 
-    def sources(self, model: str, version: int) -> SourceNews:
-        """Everything known now about (model, version)'s sources: a fetch's first news."""
+    def sources(self, key: ShardKey, version: int) -> SourceNews:
+        """Everything known now about (key, version)'s sources: a fetch's first news."""
         ...
 
     def watch_sources(
-        self, model: str, version: int, tell: Callable[[SourceNews], None]
+        self, key: ShardKey, version: int, tell: Callable[[SourceNews], None]
     ) -> Unwatch:
         """Call ``tell`` with each later change, until the returned function is called."""
         ...
@@ -84,11 +85,11 @@ class ClusterView(Protocol):
 class Unaware:
     """Nothing known about the cluster."""
 
-    def sources(self, model: str, version: int) -> SourceNews:
+    def sources(self, key: ShardKey, version: int) -> SourceNews:
         return NO_NEWS
 
     def watch_sources(
-        self, model: str, version: int, tell: Callable[[SourceNews], None]
+        self, key: ShardKey, version: int, tell: Callable[[SourceNews], None]
     ) -> Unwatch:
         return _nothing
 

@@ -168,7 +168,7 @@ class _Staged:
     stream: torch.cuda.Stream
 
 
-class DeviceUploads:
+class DeviceCopies:
     """Per-chunk host-to-device copies for the device destinations of one replica."""
 
     def __init__(self, arena: PinnedArena) -> None:

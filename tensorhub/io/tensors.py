@@ -29,7 +29,7 @@ from ..core.layout import (
     plan_layout,
 )
 from ..core.manifest import Manifest
-from .device import DeviceUploads, PinnedArena, on_host, snapshot
+from .device import DeviceCopies, PinnedArena, on_host, snapshot
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     name: dt for name in ITEMSIZE if isinstance(dt := getattr(torch, name, None), torch.dtype)
@@ -103,7 +103,7 @@ class TensorBytes:
         views: list[memoryview],
         keep: list[object],
         pending: list[_Pending] | None = None,
-        uploads: DeviceUploads | None = None,
+        copies: DeviceCopies | None = None,
     ) -> None:
         self.layout = layout
         self._views = views
@@ -115,8 +115,8 @@ class TensorBytes:
         mutability contract ends it); False for copies tensorhub owns (kept copies, pinned
         snapshots of device tensors)."""
         self._pending = pending or []
-        self._uploads = uploads
-        self._uploaded = bytearray(layout.num_chunks)
+        self._copies = copies
+        self._copied = bytearray(layout.num_chunks)
 
     def read_parts(self, i: int) -> list[memoryview]:
         """Chunk ``i`` as views of tensor memory (padding as zeros), ready to send."""
@@ -144,9 +144,9 @@ class TensorBytes:
 
     def landed(self, i: int) -> None:
         """Chunk ``i`` is verified: queue its copy into device destinations (if any)."""
-        if self._uploads and not self._uploaded[i]:
-            self._uploaded[i] = 1
-            self._uploads.copy(
+        if self._copies and not self._copied[i]:
+            self._copied[i] = 1
+            self._copies.copy(
                 (seg.tensor, seg.start, seg.length)
                 for seg in self.layout.segments(i)
                 if seg.tensor != PADDING
@@ -155,10 +155,10 @@ class TensorBytes:
     def finalize(self) -> None:
         """Finish device copies, copy staged bytes into non-contiguous destinations and
         fill untied aliases."""
-        if self._uploads:
+        if self._copies:
             for i in range(self.layout.num_chunks):
                 self.landed(i)  # chunks filled without landed() (a local copy, say)
-            self._uploads.wait()
+            self._copies.wait()
         for p in self._pending:
             p.dest.copy_(p.src)
 
@@ -228,7 +228,7 @@ class TensorBytes:
         ]
         arena, twins = PinnedArena.carve(device)
         keep.append(arena)
-        uploads = DeviceUploads(arena)
+        copies = DeviceCopies(arena)
         for index, spec in enumerate(layout.tensors):
             dest = into[spec.name]
             if spec.alias_of is not None:
@@ -246,7 +246,7 @@ class TensorBytes:
                 views.append(byte_view(buf))
                 keep.append(buf)
                 if dest.is_contiguous() and dest.device.type == "cuda":
-                    uploads.add(index, buf, dest)
+                    copies.add(index, buf, dest)
                 else:
                     staged.append(_Pending(dest, buf))
             else:
@@ -255,7 +255,7 @@ class TensorBytes:
                 keep.append(buf)
                 staged.append(_Pending(dest, buf))
         # An alias is copied from its target's destination, so after the target's staging.
-        out = cls(layout, views, keep, staged + aliases, uploads)
+        out = cls(layout, views, keep, staged + aliases, copies)
         out.targets = list(into.values())
         return out
 

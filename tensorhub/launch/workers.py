@@ -80,7 +80,7 @@ def _bytes(hub: Hub) -> dict[str, dict[str, int]]:
     """Bytes this node uploaded so far, by version of the model, then by receiving node."""
     return {
         str(v): dict(by_peer)
-        for (m, v), by_peer in hub.node.uploads.bytes_by_version.items()
+        for (m, v), by_peer in hub.node.upload_grants.bytes_by_version.items()
         if m.startswith(MODEL + "@")
     }
 

@@ -39,6 +39,7 @@ class Spec:
     seed_spare: bool = True  # Hub.seed_spare: repeat copies from an idle publisher uplink
     netns: str | None = None  # run in this network namespace (see testing/netns.py)
     listen: str | None = None  # where to listen (default: loopback; voters on fixed ports)
+    dataplane: str = "node"  # the data-plane preset (core/swarm/presets.py)
 
 
 class _Worker:
@@ -104,7 +105,7 @@ class _Worker:
             held = [
                 r.held
                 for r in hub.node.store
-                if r.version == version and r.model in (model, f"{model}@0")
+                if r.version == version and r.key in (model, f"{model}@0")
             ]
             return ("ok", max(held, default=0))
         if cmd == "corrupt":  # flip bits in what we hold: our replica no longer matches
@@ -114,7 +115,7 @@ class _Worker:
                     t.view(-1)[: t.numel() // 2].neg_()
             return ("ok",)
         if cmd == "stats":
-            return ("ok", dict(hub.node.uploads.bytes_to))
+            return ("ok", dict(hub.node.upload_grants.bytes_to))
         return ("error", f"unknown command {cmd!r}")
 
     async def _fetch(self, model: str, version: int, addr: str | None) -> tuple[Any, ...]:
@@ -144,6 +145,7 @@ def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.C
             voter=spec.voter,
             data_dir=data_dir if spec.voter else None,
             secret=SECRET,
+            dataplane=spec.dataplane,
         )
         hub.seed_spare = spec.seed_spare
         pipe.send(("ready", hub.address))

@@ -71,6 +71,17 @@ DEPARTURES: dict[str, str] = {
 """Each setting in which ``SIMULATED`` differs from ``NODE``, and why."""
 
 
+PRESETS: dict[str, DataPlaneConfig] = {"node": NODE, "simulated": SIMULATED}
+"""The presets by name (``Hub.start(dataplane=...)``, ``bench/linerate.py --presets``)."""
+
+
+def preset(name: str) -> DataPlaneConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"no data-plane preset {name!r}; there are {sorted(PRESETS)}") from None
+
+
 def differences(a: DataPlaneConfig, b: DataPlaneConfig) -> set[str]:
     """The settings (dotted names) in which two configs differ."""
     out = set()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from ..core.naming import ShardKey
 from ..core.swarm import UploadSlots
 from ..core.swarm.presets import NODE
 
@@ -25,7 +26,7 @@ class Grant:
     held: bool = False  # the slot is ours until released
 
 
-class Uploads:
+class UploadGrants:
     def __init__(
         self,
         slots: int = DEFAULT_SLOTS,
@@ -39,12 +40,12 @@ class Uploads:
         self._waiting: dict[int, Grant] = {}
         self._tickets = itertools.count()
         self.bytes_to: Counter[str] = Counter()  # chunk bytes uploaded, by requesting node
-        self.bytes_by_version: dict[tuple[str, int], Counter[str]] = {}  # (model, v) → peer
+        self.bytes_by_version: dict[tuple[str, int], Counter[str]] = {}  # (key, v) → peer
 
-    def count(self, peer: str, model: str, version: int, n: int) -> None:
-        """``n`` bytes of (model, version) were uploaded to ``peer``."""
+    def count(self, peer: str, key: ShardKey, version: int, n: int) -> None:
+        """``n`` bytes of (key, version) were uploaded to ``peer``."""
         self.bytes_to[peer] += n
-        self.bytes_by_version.setdefault((model, version), Counter())[peer] += n
+        self.bytes_by_version.setdefault((key, version), Counter())[peer] += n
 
     def admit(self, peer: str) -> bool:
         """False: the node is too busy for ``peer``; refuse it so it asks elsewhere."""
