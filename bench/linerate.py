@@ -11,8 +11,13 @@ Systems, in the same run on the same fabric:
 
 Reported, each a ratio measured in this run: the last receiver's time / one copy's; the
 publisher's egress in model sizes; bytes received beyond one model per receiver
-(duplicates), as a fraction of what the receivers needed. Needs root (namespaces); says
-why and exits 2 where it cannot build them.
+(duplicates), as a fraction of what the receivers needed; beside each tensorhub row, what
+the simulator predicts for the same case (``sim/fanout.py``, seeds 1-3: the same cores
+over a modelled network), and after the table, how much of line rate the publisher's and
+the receivers' NICs carried in each tenth of the transfer (where the time went). Needs root
+(namespaces); says why and exits 2 where it cannot build them.
+
+``--presets node,simulated`` runs tensorhub once per data-plane preset in the same run.
 
     python bench/linerate.py --receivers 4 --size 256MiB --rate 1000 --json out/linerate.json
 """
@@ -20,9 +25,11 @@ why and exits 2 where it cannot build them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -34,6 +41,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine, parse_size, print_table, write_json
+from sim.fanout import predict_fanout
+from tensorhub.core.swarm.presets import preset
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.netns import Fabric, enter, unavailable
 
@@ -142,7 +151,67 @@ def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[s
     }
 
 
-def _tensorhub(fabric: Fabric, receivers: int, size: int, preset: str) -> dict[str, Any]:
+class _Sampler(threading.Thread):
+    """Every node's NIC byte counters, every ``every`` seconds, until stopped: where in the
+    run the links sat idle."""
+
+    def __init__(self, fabric: Fabric, every: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.fabric, self.every = fabric, every
+        self.samples: list[tuple[float, list[tuple[int, int]]]] = []
+        self._stop_at = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_at.is_set():
+            self.samples.append((time.monotonic(), self.fabric.counters()))
+            self._stop_at.wait(self.every)
+
+    def stop(self) -> list[tuple[float, list[tuple[int, int]]]]:
+        self._stop_at.set()
+        self.join()
+        self.samples.append((time.monotonic(), self.fabric.counters()))
+        return self.samples
+
+
+def _phases(
+    samples: list[tuple[float, list[tuple[int, int]]]], rate_mbit: float, parts: int = 10
+) -> list[dict[str, float]]:
+    """The transfer (first to last byte into a receiver) cut into ``parts`` equal spans:
+    in each, the publisher's egress and the receivers' ingress as fractions of line
+    rate (mean and least over receivers)."""
+    line = rate_mbit * 1e6 / 8
+    rx = [sum(c[1] for c in cs[1:]) for _, cs in samples]
+    moving = [i for i in range(1, len(samples)) if rx[i] > rx[i - 1] + 64 * 1024]
+    if not moving:
+        return []
+    t0, t1 = samples[moving[0] - 1][0], samples[moving[-1]][0]
+    out = []
+    for k in range(parts):
+        a, b = t0 + (t1 - t0) * k / parts, t0 + (t1 - t0) * (k + 1) / parts
+
+        def at(t: float, node: int, way: int) -> float:
+            """Counter interpolated at time t."""
+            for (ta, ca), (tb, cb) in itertools.pairwise(samples):
+                if ta <= t <= tb:
+                    f = (t - ta) / (tb - ta) if tb > ta else 0.0
+                    return ca[node][way] + f * (cb[node][way] - ca[node][way])
+            return float(samples[-1][1][node][way])
+
+        span = (b - a) * line
+        ingress = [(at(b, i, 1) - at(a, i, 1)) / span for i in range(1, len(samples[0][1]))]
+        out.append(
+            {
+                "publisher_egress": (at(b, 0, 0) - at(a, 0, 0)) / span,
+                "ingress_mean": sum(ingress) / len(ingress),
+                "ingress_min": min(ingress),
+            }
+        )
+    return out
+
+
+def _tensorhub(
+    fabric: Fabric, receivers: int, size: int, preset: str, chunk: int
+) -> dict[str, Any]:
     """The real stack: Hub processes, one per namespace, with the data-plane ``preset``;
     the publisher and two receivers are the Raft voters. Everyone is in one rack (a flat
     fabric)."""
@@ -171,8 +240,13 @@ def _tensorhub(fabric: Fabric, receivers: int, size: int, preset: str) -> dict[s
         tempfile.TemporaryDirectory(prefix="tensorhub-linerate-") as tmp,
         HubProcs(specs, tmp) as c,
     ):
-        c.call(["publisher"], "publish", MODEL, 1, size, 3)
-        seconds, delta, failures = c.fetch_all([s.name for s in specs[1:]], MODEL, 1, None)
+        c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
+        sampler = _Sampler(fabric)
+        sampler.start()
+        try:
+            seconds, delta, failures = c.fetch_all([s.name for s in specs[1:]], MODEL, 1, None)
+        finally:
+            samples = sampler.stop()
     received = sum(delta.values())
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
     return {
@@ -180,6 +254,7 @@ def _tensorhub(fabric: Fabric, receivers: int, size: int, preset: str) -> dict[s
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * receivers) - 1.0),
         "failures": failures,
+        "phases": _phases(samples, fabric.rate_mbit),
     }
 
 
@@ -194,6 +269,7 @@ def main() -> None:
         default="node",
         help="tensorhub's data-plane presets to run, comma-separated (core/swarm/presets.py)",
     )
+    ap.add_argument("--chunk", default="4MiB", help="tensorhub's chunk size")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     why = unavailable()
@@ -213,7 +289,12 @@ def main() -> None:
         if "tensorhub" in systems:
             for name in args.presets.split(","):
                 label = "tensorhub" if name == "node" else f"tensorhub ({name})"
-                results[label] = _tensorhub(fabric, n, size, name)
+                chunk = parse_size(args.chunk)
+                results[label] = _tensorhub(fabric, n, size, name, chunk)
+                results[label]["simulated_over_one_copy"] = [
+                    predict_fanout(n, size, args.rate, chunk, preset(name), seed)
+                    for seed in (1, 2, 3)
+                ]
     one = results["p2p"]["seconds"]
     for r in results.values():
         r["last_over_one_copy"] = r["seconds"] / one
@@ -226,6 +307,7 @@ def main() -> None:
             "last / one copy",
             "publisher egress (models)",
             "duplicates",
+            "sim. median",
         ],
         [
             [
@@ -234,10 +316,26 @@ def main() -> None:
                 r["last_over_one_copy"],
                 r["publisher_egress_models"],
                 f"{100 * r.get('duplicate_fraction', 0.0):.1f} %",
+                f"{statistics.median(sim):.2f}"
+                if (sim := r.get("simulated_over_one_copy"))
+                else "-",
             ]
             for name, r in results.items()
         ],
     )
+    for name, r in results.items():
+        if r.get("phases"):
+            print(
+                f"{name}: line-rate use by tenth of the transfer "
+                "(publisher out / receivers in: mean, least)"
+            )
+            print(
+                "  "
+                + "  ".join(
+                    f"{p['publisher_egress']:.2f}/{p['ingress_mean']:.2f},{p['ingress_min']:.2f}"
+                    for p in r["phases"]
+                )
+            )
     write_json(
         args.json,
         {

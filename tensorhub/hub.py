@@ -451,10 +451,13 @@ class Hub:
         """Gossip changed holder advertisements or member statuses: tell the fetches (and
         waiters) watching the versions concerned, with only what changed."""
         for key, tells in list(self._source_watch.items()):
-            names = holders.get(key)
-            if names is None and not members:
+            names = holders.get(key, set())
+            if not names and not members:
                 continue
-            news = self._sources(*key, names or (), health=bool(members))
+            # A member whose status changed is listed anew if it holds the version: one
+            # back from suspicion or a false death was dropped as a source meanwhile, and a
+            # complete holder advertises nothing new that would bring it back.
+            news = self._sources(*key, names | members, health=bool(members))
             for tell in list(tells):
                 tell(news)
 

@@ -12,6 +12,7 @@ import torch
 
 from tensorhub import UnknownVersion
 from tensorhub.core.errors import ChecksumMismatch
+from tensorhub.dataplane.view import SourceNews
 from tensorhub.hub import UCX_KEY, Hub, NoHolder, PublishRejected, SyncHub
 from tensorhub.io import ucx
 from tensorhub.io.tensors import empty_like_manifest
@@ -233,3 +234,27 @@ async def test_a_retained_version_is_kept_when_its_last_holder_leaves(tmp_path: 
         assert await trainer.unpublish("policy", 1)  # not latest, but retained: kept
         assert not await trainer.unpublish("policy", 2, keep_copy=False)
         await roll.release("policy", 1)
+
+
+async def test_a_holder_back_from_suspicion_is_a_source_again(tmp_path: Path) -> None:
+    """Fetches hear of holders as events. A holder gossip suspected or declared dead was
+    dropped as a source; when its status changes back, the news lists it again, complete
+    holders included (they advertise nothing new that would bring them back)."""
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        await voters[0].publish("policy", 1, weights(1))
+        heard: list[SourceNews] = []
+        unwatch = roll._watch_sources("policy@0", 1, heard.append)
+        try:
+            for _ in range(500):  # until gossip lists the publisher's holding here
+                if roll._sources("policy@0", 1).holders:
+                    break
+                await asyncio.sleep(0.01)
+            heard.clear()
+            roll._on_gossip_changes({}, {voters[0].node.name})  # its status changed
+            (news,) = heard
+            assert [h.addr for h in news.holders] == [voters[0].address]
+            assert news.holders[0].chunks is None  # complete
+            assert news.health is not None and voters[0].address in news.health
+        finally:
+            unwatch()
+        assert not roll._source_watch

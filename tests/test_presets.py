@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim.swarm import SwarmConfig
 import pytest
 
+from sim.swarm import SwarmConfig
 from tensorhub.core.swarm.presets import (
     DEPARTURES,
     NODE,

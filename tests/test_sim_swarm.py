@@ -87,3 +87,14 @@ def test_across_two_datacenters_the_wan_carries_about_one_copy(seed: int) -> Non
 def test_same_seed_same_trace() -> None:
     assert run(5)[2].trace_hash == run(5)[2].trace_hash
     assert run(5)[2].trace_hash != run(6)[2].trace_hash
+
+
+def test_the_fanout_mirror_predicts_no_faster_than_one_copy_and_is_deterministic() -> None:
+    """sim/fanout.py, which bench/linerate.py prints beside its measurement: one publisher
+    and 4 receivers on 1 Gbit/s NICs, the node's preset, store and forward."""
+    from sim.fanout import predict_fanout
+    from tensorhub.core.swarm.presets import NODE
+
+    a = predict_fanout(4, 64 << 20, 1000.0, 4 << 20, NODE, seed=1)
+    assert 1.0 <= a < 3.0
+    assert predict_fanout(4, 64 << 20, 1000.0, 4 << 20, NODE, seed=1) == a

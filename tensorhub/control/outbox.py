@@ -53,7 +53,7 @@ class PeerOutbox:
         while True:
             msg = await q.get()
             try:
-                peer = await self.node.peer(addr)
+                peer = await self.node.control_peer(addr)
                 await peer.conn.send(msg)
                 backoff = self.backoff
             except (TensorHubError, OSError) as e:

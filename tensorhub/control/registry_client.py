@@ -68,7 +68,7 @@ class RegistryClient:
         fut: asyncio.Future[RegistryReply] = asyncio.get_running_loop().create_future()
         self._calls[req] = _Call(fut)
         try:
-            peer = await asyncio.wait_for(self.node.peer(voter), timeout)
+            peer = await asyncio.wait_for(self.node.control_peer(voter), timeout)
             await peer.conn.send(RegistryRequest(req, op, model, data, value))
             # A voter that dies mid-request closes the connection: fail over at once.
             closed: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(peer.conn.closed))

@@ -52,10 +52,12 @@ class _Worker:
 
     async def handle(self, cmd: str, args: list[Any]) -> tuple[Any, ...]:
         hub = self.hub
-        if cmd == "publish":  # model, version, size, seed
-            model, version, size, seed = args
+        if cmd == "publish":  # model, version, size, seed[, chunk size]
+            model, version, size, seed, *chunk = args
             sd = self.buffers[(model, version)] = llm_like_state_dict(size, seed)
-            pub = await hub.publish(model, version, sd)
+            pub = await hub.publish(
+                model, version, sd, **({"chunk_size": chunk[0]} if chunk else {})
+            )
             return ("ok", pub.committed)
         if cmd == "serve":  # model, version, size, seed: a plain holder, no registry
             model, version, size, seed = args

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -118,12 +119,30 @@ class Fabric:
             _run("ip", "addr", "add", f"{self.ip(i)}/24", "dev", "eth0", ns=ns)
             _run("ip", "link", "set", "eth0", "mtu", str(self.mtu), "up", ns=ns)
             _run("ip", "link", "set", "lo", "up", ns=ns)
+            if os.environ.get("THB_SSAI") == "0":
+                _run("sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0", ns=ns)
             for dev, where in (("eth0", ns), (b, br)):  # up at the node, down at the bridge
                 _run(
                     "tc", "qdisc", "add", "dev", dev, "root", "tbf",
                     "rate", rate, "burst", burst, "latency", "50ms",
                     ns=where,
                 )  # fmt: skip
+
+    def counters(self) -> list[tuple[int, int]]:
+        """Bytes each node has sent and received so far, by node index, counted at the
+        bridge's end of its veth (one ``ip`` call for all)."""
+        out = subprocess.run(
+            ["ip", "-n", self.bridge_ns, "-j", "-s", "link", "show"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        by_name = {link["ifname"]: link["stats64"] for link in json.loads(out)}
+        got = []
+        for i in range(self.nodes):
+            st = by_name[f"{PREFIX}{self.tag}b{i}"]
+            got.append((st["rx"]["bytes"], st["tx"]["bytes"]))  # the bridge hears what it sent
+        return got
 
     def close(self) -> None:
         """Delete every namespace this fabric made (their links go with them)."""

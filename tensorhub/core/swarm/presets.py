@@ -71,7 +71,10 @@ DEPARTURES: dict[str, str] = {
 """Each setting in which ``SIMULATED`` differs from ``NODE``, and why."""
 
 
-PRESETS: dict[str, DataPlaneConfig] = {"node": NODE, "simulated": SIMULATED}
+PRESETS: dict[str, DataPlaneConfig] = {
+    "node": NODE,
+    "simulated": SIMULATED,
+}
 """The presets by name (``Hub.start(dataplane=...)``, ``bench/linerate.py --presets``)."""
 
 

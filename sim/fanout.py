@@ -1,0 +1,61 @@
+"""The NIC-limited fan-out of ``bench/linerate.py``, simulated: one publisher and N
+receivers in one rack, every NIC at the same rate, the node's data-plane settings and its
+4 MiB chunks, store and forward (the node serves a chunk once verified).
+
+It runs the same planner, fetch session and serve decision as the node, so its
+prediction is a check of the simulator's network model against the real namespaces, not
+of the protocol: the bench prints both side by side.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tensorhub.core.swarm.presets import DataPlaneConfig
+
+from .engine import Engine
+from .network import Network
+from .swarm import Swarm, SwarmConfig
+from .topology import Cluster, TopologySpec
+
+NODE_TICK = 0.01  # the node's planner tick, seconds
+
+
+def predict_fanout(
+    receivers: int,
+    size: int,
+    rate_mbit: float,
+    chunk: int,
+    dataplane: DataPlaneConfig,
+    seed: int = 1,
+) -> float:
+    """The last receiver's time over one copy's (size / rate), simulated."""
+    spec = TopologySpec(
+        dcs=1,
+        racks_per_dc=1,
+        hosts_per_rack=receivers + 1,
+        nic_gbytes=rate_mbit / 8e3,
+        efficiency=1.0,
+        oversubscription=1.0,
+        hop_latency=5e-5,
+    )
+    e = Engine()
+    net = Network(e)
+    c = Cluster.build(spec)
+    hosts = sorted(c.hosts)
+    cfg = SwarmConfig(
+        chunks=max(1, math.ceil(size / chunk)),
+        cut_through=False,
+        tick=NODE_TICK,
+        reserve_after=dataplane.reserve_after,
+        seed_spare=dataplane.seed_spare,
+        slots=dataplane.upload_slots,
+        max_waiting=dataplane.max_waiting,
+        near_waiting=dataplane.near_waiting,
+        planner=dataplane.planner,
+    )
+    s = Swarm(e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed)
+    s.start(at={f: 0.0 for f in hosts[1:]})
+    e.run()
+    last = max(s.nodes[f].finished or math.inf for f in hosts[1:])
+    return last / (size / (rate_mbit * 1e6 / 8))
