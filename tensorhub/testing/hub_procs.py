@@ -187,6 +187,7 @@ class HubProcs:
                 target=_child, args=(s, listen, seeds, f"{data_dir}/{s.name}", theirs), daemon=True
             )
             p.start()
+            theirs.close()  # the child's end is the child's: its death then reads as EOF here
             self.pipes[s.name], self.procs[s.name] = ours, p
         self.addr = {s.name: self.expect(s.name, "ready")[0] for s in specs}
 
@@ -204,7 +205,16 @@ class HubProcs:
     def expect(self, name: str, tag: str = "ok") -> list[Any]:
         if not self.pipes[name].poll(self.timeout):
             raise TimeoutError(f"{name} did not answer in {self.timeout}s")
-        got, *rest = self.pipes[name].recv()
+        try:
+            got, *rest = self.pipes[name].recv()
+        except EOFError:
+            proc = self.procs.get(name)
+            if proc is not None:
+                proc.join(5)
+            code = None if proc is None else proc.exitcode
+            raise RuntimeError(
+                f"{name} exited (code {code}) before answering; its traceback is above"
+            ) from None
         if got != tag:
             raise RuntimeError(f"{name}: {got}: {rest}")
         return list(rest)
