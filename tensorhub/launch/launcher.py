@@ -52,6 +52,7 @@ class _Run:
         self.stop = self.ctx.Event()
         self.procs: dict[str, Any] = {}
         self.urls: dict[str, str | None] = {}
+        self._page_at: str | None = None  # whose cluster page was announced last
         self.names: dict[str, str] = {}  # data-plane address → node name
         self.published: dict[int, dict[str, Any]] = {}
         self.fetched: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -91,6 +92,8 @@ class _Run:
             self.killed.append({"who": name, "why": why, "t": time.monotonic() - self.t0})
             self.have.pop(name, None)
             self.console.print(f"  [red]chaos[/]: killed {name} ({why})")
+            if self.urls.get(name) and self._page_at == name:
+                self._announce_page()  # the page announced went with it: name a live one
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -137,10 +140,18 @@ class _Run:
         """Say where to look the moment a node serves: the cluster page once (any node's
         shows the whole cluster), then each node's own dashboard."""
         up = len(self.urls)
-        if url and not any(self.urls[n] for n in self.urls if n != who):
-            self.console.print(f"Cluster page: [bold]{url}/cluster[/] (every node serves it)")
+        if url and self._page_at is None:
+            self._announce_page()
         where = f": dashboard {url}" if url else ""
         self.console.print(f"  {who} is up ({up}/{len(self.t.nodes)}){where}")
+
+    def _announce_page(self) -> None:
+        """Name the cluster page of a live node (any node's shows the whole cluster)."""
+        live = [n for n, u in self.urls.items() if u and self.procs[n].is_alive()]
+        self._page_at = live[0] if live else None
+        if self._page_at is not None:
+            url = self.urls[self._page_at]
+            self.console.print(f"Cluster page: [bold]{url}/cluster[/] (every node serves it)")
 
     def _chaos_after(self, version: int) -> None:
         c, t = self.t.chaos, self.t
