@@ -201,7 +201,7 @@ class Node:
         h = self._peers.get(addr)
         if h is not None and not h.conn.is_closing and not self._better_route(addr, h):
             return h
-        return await self._dial_once(addr, addr, lambda: self._dial(addr))
+        return await self._dial_once(addr, lambda: self._dial(addr))
 
     async def control_peer(self, addr: str) -> PeerHandler:
         """An open TCP connection to ``addr`` for control messages (gossip, Raft, the
@@ -212,11 +212,10 @@ class Node:
         h = self._control.get(addr)
         if h is not None and not h.conn.is_closing:
             return h
-        return await self._dial_once(f"control:{addr}", addr, lambda: self._dial_control(addr))
+        return await self._dial_once(f"control:{addr}", lambda: self._dial(addr, True))
 
-    async def _dial_once(
-        self, key: str, addr: str, dial: Callable[[], Awaitable[PeerHandler]]
-    ) -> PeerHandler:
+    async def _dial_once(self, key: str, dial: Callable[[], Awaitable[PeerHandler]]) -> PeerHandler:
+        """One dial in flight per ``key``, shared by everyone waiting for it."""
         pending = self._dialing.get(key)
         if pending is None:
             # The dial is its own task: a requester that gives up does not cancel it for
@@ -224,15 +223,6 @@ class Node:
             pending = self._dialing[key] = asyncio.ensure_future(dial())
             pending.add_done_callback(lambda f: self._dial_done(key, f))
         return await asyncio.shield(pending)
-
-    async def _dial_control(self, addr: str) -> PeerHandler:
-        conn = await tcp.connect(
-            addr, node=self.name, secret=self._secret, handler_factory=self._handler
-        )
-        handler = conn.handler
-        assert isinstance(handler, PeerHandler)
-        self._control[addr] = handler
-        return handler
 
     def _dial_done(self, addr: str, f: asyncio.Task[PeerHandler]) -> None:
         self._dialing.pop(addr, None)
@@ -249,8 +239,10 @@ class Node:
         early) gives way to UCX; it stays open for what is in flight on it."""
         return not isinstance(h.conn, ucx.UcxConnection) and self._route(addr) is not None
 
-    async def _dial(self, addr: str) -> PeerHandler:
-        route = self._route(addr)
+    async def _dial(self, addr: str, control: bool = False) -> PeerHandler:
+        """Connect to ``addr``: for chunks over UCX where the view names a route, else (and
+        for ``control`` messages always) over TCP."""
+        route = None if control else self._route(addr)
         conn: tcp.Connection | None = None
         if route is not None:
             try:
@@ -266,7 +258,7 @@ class Node:
             )
         handler = conn.handler
         assert isinstance(handler, PeerHandler)
-        self._peers[addr] = handler
+        (self._control if control else self._peers)[addr] = handler
         return handler
 
     def serve(
