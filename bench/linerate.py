@@ -178,13 +178,14 @@ def _phases(
 ) -> list[dict[str, float]]:
     """The transfer (first to last byte into a receiver) cut into ``parts`` equal spans:
     in each, the publisher's egress and the receivers' ingress as fractions of line
-    rate (mean and least over receivers)."""
+    rate (mean over receivers, and least over those still fetching)."""
     line = rate_mbit * 1e6 / 8
     rx = [sum(c[1] for c in cs[1:]) for _, cs in samples]
     moving = [i for i in range(1, len(samples)) if rx[i] > rx[i - 1] + 64 * 1024]
     if not moving:
         return []
     t0, t1 = samples[moving[0] - 1][0], samples[moving[-1]][0]
+    final = [0.995 * c[1] + 0.005 * samples[0][1][i][1] for i, c in enumerate(samples[-1][1])]
     out = []
     for k in range(parts):
         a, b = t0 + (t1 - t0) * k / parts, t0 + (t1 - t0) * (k + 1) / parts
@@ -198,12 +199,15 @@ def _phases(
             return float(samples[-1][1][node][way])
 
         span = (b - a) * line
-        ingress = [(at(b, i, 1) - at(a, i, 1)) / span for i in range(1, len(samples[0][1]))]
+        nodes = range(1, len(samples[0][1]))
+        ingress = [(at(b, i, 1) - at(a, i, 1)) / span for i in nodes]
+        # The least over receivers still fetching (one that finished takes nothing in).
+        fetching = [x for i, x in zip(nodes, ingress, strict=True) if at(a, i, 1) < final[i]]
         out.append(
             {
                 "publisher_egress": (at(b, 0, 0) - at(a, 0, 0)) / span,
                 "ingress_mean": sum(ingress) / len(ingress),
-                "ingress_min": min(ingress),
+                "ingress_min": min(fetching, default=0.0),
             }
         )
     return out
