@@ -18,7 +18,7 @@ from ..core.errors import ChecksumMismatch, TransferError
 from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from ..core.manifest import Manifest
 from ..core.messages import Have, Message
-from ..core.naming import ShardKey
+from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
 from ..core.swarm.presets import NODE, DataPlaneConfig
 from ..io import tcp, ucx
@@ -303,7 +303,7 @@ class Node:
             for i in range(m.num_chunks):
                 if not copy_chunk(old.data, data, m, i):
                     raise ChecksumMismatch(
-                        f"{key} v{version} chunk {i} changed while published "
+                        f"{display_name(key)} v{version} chunk {i} changed while published "
                         "(the buffer must not change until unpublish returns)"
                     )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import UnknownVersion
 from ..core.manifest import Manifest
-from ..core.naming import ShardKey
+from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
 from ..io.tensors import TensorBytes
 
@@ -93,7 +93,7 @@ class LocalStore:
     def get(self, key: ShardKey, version: int) -> Replica:
         r = self._replicas.get((key, version))
         if r is None or r.withdrawn:
-            raise UnknownVersion(f"{key} v{version} is not held by this node")
+            raise UnknownVersion(f"{display_name(key)} v{version} is not held by this node")
         return r
 
     def replace(self, replica: Replica) -> Replica:

@@ -57,7 +57,7 @@ SWARM_CONFIG = NODE.planner
 
 SLOW_FETCH_RATE = 100e6
 """Bytes/s under which a finished fetch is logged as slow (with its causes): about a
-1 Gbit/s NIC's rate. A fixed time (1 s) warned on every fetch of a large key."""
+1 Gbit/s NIC's rate. A fixed time (1 s) warned on every fetch of a large model."""
 
 
 def slow_after(nbytes: int) -> float:
