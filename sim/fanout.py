@@ -43,16 +43,8 @@ def predict_fanout(
     net = Network(e)
     c = Cluster.build(spec)
     hosts = sorted(c.hosts)
-    cfg = SwarmConfig(
-        chunks=max(1, math.ceil(size / chunk)),
-        cut_through=False,
-        tick=NODE_TICK,
-        reserve_after=dataplane.reserve_after,
-        seed_spare=dataplane.seed_spare,
-        slots=dataplane.upload_slots,
-        max_waiting=dataplane.max_waiting,
-        near_waiting=dataplane.near_waiting,
-        planner=dataplane.planner,
+    cfg = SwarmConfig.of(
+        dataplane, chunks=max(1, math.ceil(size / chunk)), cut_through=False, tick=NODE_TICK
     )
     s = Swarm(e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed)
     s.start(at={f: 0.0 for f in hosts[1:]})

@@ -27,6 +27,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tensorhub.core.gossip.holders import SAME_RACK
 from tensorhub.core.swarm import (
@@ -68,6 +69,20 @@ class SwarmConfig:
     record: bool = False  # keep each fetch session's inputs (FetchSession.record)
     # (member_grace is set from hint_delay: see Swarm.__init__)
     planner: PlannerConfig = field(default_factory=lambda: SIMULATED.planner)
+
+    @classmethod
+    def of(cls, dataplane: DataPlaneConfig, **rest: Any) -> SwarmConfig:
+        """The simulator running ``dataplane``'s settings (the inverse of :meth:`dataplane`),
+        with ``rest`` for the simulator's own (chunks, cut_through, tick, ...)."""
+        return cls(
+            planner=dataplane.planner,
+            slots=dataplane.upload_slots,
+            max_waiting=dataplane.max_waiting,
+            near_waiting=dataplane.near_waiting,
+            reserve_after=dataplane.reserve_after,
+            seed_spare=dataplane.seed_spare,
+            **rest,
+        )
 
     def dataplane(self) -> DataPlaneConfig:
         """These settings as the data plane's config object."""

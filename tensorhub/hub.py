@@ -117,6 +117,7 @@ class Hub:
         self.fetch_totals: Counter[str] = Counter()  # fetches, bytes, failed requests
         self._name_at: dict[str, str] = {}  # address -> member name, for routing
         self._source_watch: dict[tuple[str, int], list[Callable[[SourceNews], None]]] = {}
+        self._change_watch: dict[tuple[str, int], list[Callable[[], None]]] = {}
         gossip.on_changes.append(self._on_gossip_changes)
         self.ucx_across_dcs = False
         """Use UCX to peers in other datacenters too (off: WANs are TCP's, see the docs)."""
@@ -286,7 +287,7 @@ class Hub:
         loop = asyncio.get_running_loop()
         start = loop.time()
         changed = asyncio.Event()
-        unwatch = self._watch_sources(dp, version, lambda _news: changed.set())
+        unwatch = self._watch_changes(dp, version, changed.set)
         try:
             while (
                 sum(
@@ -399,11 +400,15 @@ class Hub:
             await asyncio.sleep(poll)
 
     def _sources(
-        self, dp: str, version: int, names: Iterable[str] | None = None, health: bool = True
+        self,
+        dp: str,
+        version: int,
+        names: Iterable[str] | None = None,
+        health: Mapping[str, Status] | None = None,
     ) -> SourceNews:
         """Source news for a fetch of (dp, version): the holders among ``names`` (None:
         all) as hints, nearest first; our datacenter's fetchers of the version and its
-        other live members; and, with ``health``, what gossip says of each member."""
+        other live members; and ``health`` (what gossip says of each member), if given."""
         core = self.gossip.core
         me = core.me.locality
         my_dc = _dc(me)
@@ -427,29 +432,29 @@ class Hub:
             chunks = None if h.complete else h.chunks()  # None: all (O(1) for the planner)
             out.append(Holder(addr, tier(me, loc), chunks, h.origin))
         out.sort(key=lambda h: h.tier)
-        return SourceNews(out, fetchers, members, self._health() if health else None)
+        return SourceNews(out, fetchers, members, health)
 
     def _watch_sources(
         self, dp: str, version: int, tell: Callable[[SourceNews], None]
     ) -> Callable[[], None]:
         """Call ``tell`` with news of (dp, version)'s sources as gossip learns it."""
-        key = (dp, version)
-        self._source_watch.setdefault(key, []).append(tell)
+        return _register(self._source_watch, (dp, version), tell)
 
-        def unwatch() -> None:
-            tells = self._source_watch.get(key, [])
-            if tell in tells:
-                tells.remove(tell)
-            if not tells:
-                self._source_watch.pop(key, None)
-
-        return unwatch
+    def _watch_changes(self, dp: str, version: int, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` whenever gossip learns something of (dp, version)'s holders, with
+        no news built (a waiter that rereads the holder view itself)."""
+        return _register(self._change_watch, (dp, version), wake)
 
     def _on_gossip_changes(
         self, holders: dict[tuple[str, int], set[str]], members: set[str]
     ) -> None:
         """Gossip changed holder advertisements or member statuses: tell the fetches (and
         waiters) watching the versions concerned, with only what changed."""
+        for key, wakes in list(self._change_watch.items()):
+            if members or key in holders:
+                for wake in list(wakes):
+                    wake()
+        health = self._health() if members and self._source_watch else None
         for key, tells in list(self._source_watch.items()):
             names = holders.get(key, set())
             if not names and not members:
@@ -457,7 +462,7 @@ class Hub:
             # A member whose status changed is listed anew if it holds the version: one
             # back from suspicion or a false death was dropped as a source meanwhile, and a
             # complete holder advertises nothing new that would bring it back.
-            news = self._sources(*key, names | members, health=bool(members))
+            news = self._sources(*key, names | members, health)
             for tell in list(tells):
                 tell(news)
 
@@ -524,7 +529,7 @@ class Hub:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            holders = self._sources(dp, version, health=False).holders
+            holders = self._sources(dp, version).holders
             if holders:
                 try:
                     return await attempt(holders, max(deadline - loop.time(), 0.1))
@@ -791,6 +796,25 @@ class SyncHub:
         self._loop.close()
 
 
+W = TypeVar("W")
+
+
+def _register(
+    table: dict[tuple[str, int], list[W]], key: tuple[str, int], fn: W
+) -> Callable[[], None]:
+    """Add ``fn`` to ``table[key]``; returns what removes it (and the key, once empty)."""
+    table.setdefault(key, []).append(fn)
+
+    def unregister() -> None:
+        fns = table.get(key, [])
+        if fn in fns:
+            fns.remove(fn)
+        if not fns:
+            table.pop(key, None)
+
+    return unregister
+
+
 class _GossipView:
     """The node's :class:`~tensorhub.dataplane.view.ClusterView`, answered from the Hub's
     gossip (given to the node before the Hub exists: until then it knows nothing)."""
@@ -808,7 +832,11 @@ class _GossipView:
         return None if self.hub is None else self.hub._ucx_route(addr)
 
     def sources(self, model: str, version: int) -> SourceNews:
-        return NO_NEWS if self.hub is None else self.hub._sources(model, version)
+        return (
+            NO_NEWS
+            if self.hub is None
+            else self.hub._sources(model, version, None, self.hub._health())
+        )
 
     def watch_sources(
         self, model: str, version: int, tell: Callable[[SourceNews], None]

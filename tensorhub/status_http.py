@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from .cluster_view import SpreadRate, summarize
 from .core.errors import TensorHubError
 from .core.histogram import Histogram
+from .core.naming import shard_key, split_key
 from .hub import Hub
 
 
@@ -180,7 +181,8 @@ async def cluster(hub: Hub, rate: SpreadRate) -> dict[str, Any]:
     version of every model it sees (asked at once, each within a second; a voter that does
     not answer leaves the holders' newest version shown instead)."""
     core = hub.gossip.core
-    models = {dp.rpartition("@")[0] or dp for dp, _v in core.holders.versions()}
+    held = core.holders.versions()
+    models = {split_key(dp)[0] for dp, _v in held}
     models |= set(hub.committed)
 
     async def ask(model: str) -> tuple[str, int | None]:
@@ -191,12 +193,10 @@ async def cluster(hub: Hub, rate: SpreadRate) -> dict[str, Any]:
 
     answers = await asyncio.gather(*(ask(m) for m in sorted(models)))
     latest = {m: v for m, v in answers if v}
-    committed = {
-        dp: latest[m]
-        for dp, _v in core.holders.versions()
-        if (m := dp.rpartition("@")[0] or dp) in latest
-    }
-    committed.update({f"{m}@0": v for m, v in latest.items() if f"{m}@0" not in committed})
+    committed = {dp: latest[m] for dp, _v in held if (m := split_key(dp)[0]) in latest}
+    committed.update(
+        {shard_key(m, 0): v for m, v in latest.items() if shard_key(m, 0) not in committed}
+    )
     chunk_bytes = {
         (r.key, r.version): r.manifest.total_bytes / max(1, r.manifest.num_chunks)
         for r in hub.node.store

@@ -69,3 +69,10 @@ async def test_a_hub_runs_the_preset_it_is_given() -> None:
         await hub.close()
     with pytest.raises(ValueError, match="no data-plane preset 'fast'"):
         preset("fast")
+
+
+def test_the_simulator_can_run_any_preset() -> None:
+    """sim/fanout.py runs the node's preset in the simulator: SwarmConfig.of inverts
+    SwarmConfig.dataplane."""
+    assert SwarmConfig.of(NODE).dataplane() == NODE
+    assert SwarmConfig.of(SIMULATED, chunks=8).dataplane() == SIMULATED

@@ -17,10 +17,8 @@ from the Hub (any string for a bare node). A parameter holding one is named ``ke
 
 def display_name(dp: ShardKey) -> str:
     """A model's name as users wrote it: "policy", or "policy (shard 2)"; never "policy@0"."""
-    model, sep, shard = dp.rpartition("@")
-    if not sep or not shard.isdigit():
-        return dp
-    return model if shard == "0" else f"{model} (shard {shard})"
+    model, shard = split_key(dp)
+    return model if shard == 0 else f"{model} (shard {shard})"
 
 
 def shard_key(model: str, shard: int) -> ShardKey:

@@ -224,8 +224,8 @@ class Node:
             pending.add_done_callback(lambda f: self._dial_done(key, f))
         return await asyncio.shield(pending)
 
-    def _dial_done(self, addr: str, f: asyncio.Task[PeerHandler]) -> None:
-        self._dialing.pop(addr, None)
+    def _dial_done(self, key: str, f: asyncio.Task[PeerHandler]) -> None:
+        self._dialing.pop(key, None)
         if not f.cancelled():
             f.exception()  # retrieved: each waiter gets it; none may be left to log it
 
