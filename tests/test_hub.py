@@ -258,3 +258,17 @@ async def test_a_holder_back_from_suspicion_is_a_source_again(tmp_path: Path) ->
         finally:
             unwatch()
         assert not roll._source_watch
+
+
+async def test_gossip_and_raft_do_not_share_the_chunk_connection(tmp_path: Path) -> None:
+    """Control messages travel on a connection of their own (Node.control_peer): queued
+    behind chunk payload on a saturated NIC, a gossip probe missed its ack and a live
+    holder was declared dead (bench/linerate.py)."""
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        pub = await voters[0].publish("policy", 1, weights(1))
+        into = empty_like_manifest(pub.manifest)
+        await roll.fetch("policy", 1, into)
+        data = roll.node._peers[voters[0].address]
+        control = await roll.node.control_peer(voters[0].address)
+        assert control is not data and control.conn is not data.conn
+        assert roll.node._control[voters[0].address] is control  # kept apart from _peers
