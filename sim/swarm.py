@@ -66,6 +66,7 @@ class SwarmConfig:
     slots: int = SIMULATED.upload_slots
     max_waiting: int = SIMULATED.max_waiting  # beyond this many waiting: "busy"
     near_waiting: int | None = SIMULATED.near_waiting  # for a rack-mate
+    uploads_per_peer: int | None = SIMULATED.uploads_per_peer
     record: bool = False  # keep each fetch session's inputs (FetchSession.record)
     # (member_grace is set from hint_delay: see Swarm.__init__)
     planner: PlannerConfig = field(default_factory=lambda: SIMULATED.planner)
@@ -79,6 +80,7 @@ class SwarmConfig:
             slots=dataplane.upload_slots,
             max_waiting=dataplane.max_waiting,
             near_waiting=dataplane.near_waiting,
+            uploads_per_peer=dataplane.uploads_per_peer,
             reserve_after=dataplane.reserve_after,
             seed_spare=dataplane.seed_spare,
             **rest,
@@ -87,12 +89,13 @@ class SwarmConfig:
     def dataplane(self) -> DataPlaneConfig:
         """These settings as the data plane's config object."""
         return DataPlaneConfig(
-            self.planner,
-            self.slots,
-            self.max_waiting,
-            self.near_waiting,
-            self.reserve_after,
-            self.seed_spare,
+            planner=self.planner,
+            upload_slots=self.slots,
+            max_waiting=self.max_waiting,
+            near_waiting=self.near_waiting,
+            uploads_per_peer=self.uploads_per_peer,
+            reserve_after=self.reserve_after,
+            seed_spare=self.seed_spare,
         )
 
 
@@ -121,6 +124,11 @@ class _Node:
         Not: a request still in the air or queued, or one whose bytes all arrived and wait
         on a cut-through upstream (two such nodes could otherwise wait on each other)."""
         return any(r.chunk == chunk and t is not None for r, t in self.inflight.items())
+
+    def requested(self, chunk: int) -> bool:
+        """A request for ``chunk`` is out (as the node's ``Replica.incoming``: it parks
+        requests for a chunk from the moment it asks for it)."""
+        return any(r.chunk == chunk for r in self.inflight)
 
     def settle(self, chunk: int) -> None:
         for answer in self.parked.pop(chunk, []):
@@ -176,7 +184,7 @@ class Swarm:
         n = cfg.chunks
 
         def slots() -> UploadSlots:
-            return UploadSlots(cfg.slots, cfg.max_waiting, cfg.near_waiting)
+            return UploadSlots(cfg.slots, cfg.max_waiting, cfg.near_waiting, cfg.uploads_per_peer)
 
         # An origin holds the whole version, or (a sharded trainer) its slice of it.
         self.origin_chunks = {o: list((origin_chunks or {}).get(o, range(n))) for o in origins}
@@ -256,7 +264,7 @@ class Swarm:
         for r, t in list(node.inflight.items()):
             if t is not None:
                 self.net.cancel(t)
-                self._release(r.source)  # the sender's slot was ours
+                self._release(r.source, name)  # the sender's slot was ours
         node.inflight.clear()
         for c in list(node.parked):
             node.settle(c)  # they find it dead
@@ -344,7 +352,11 @@ class Swarm:
             have=bool(src.have[c]),
             # (Nor may s pass on bytes that f itself is passing to it: once their real
             # source died, the two would wait on each other for ever.)
-            incoming=src.receiving(c) and not self._feeds(f, s, c),
+            incoming=(
+                src.receiving(c) and not self._feeds(f, s, c)
+                if self.cfg.cut_through
+                else src.requested(c)
+            ),
             admit=lambda: src.slots.admit(near=self.c.tier(s, f) <= SAME_RACK),
             seed=seed if src.seeder is not None else None,
             cut_through=self.cfg.cut_through,
@@ -363,7 +375,7 @@ class Swarm:
 
         def go() -> None:
             if src.dead or self.nodes[f].dead:
-                self._release(s)
+                self._release(s, f)
                 return
             feed = None  # cutting through: the transfer bringing c to s paces ours
             if not src.have[c]:
@@ -427,9 +439,10 @@ class Swarm:
     def _alive(self, name: str) -> bool:
         return name in self.nodes and not self.nodes[name].dead
 
-    def _release(self, s: str) -> None:
+    def _release(self, s: str, peer: str) -> None:
+        """An upload from ``s`` to ``peer`` ended (delivered, cancelled, or moot)."""
         src = self.nodes[s]
-        for _peer, ticket in src.slots.release():
+        for _peer, ticket in src.slots.release(peer):
             src.queued.pop(_ticket(ticket))()
 
     def _settle(self, f: str, r: Request) -> FetchSession | None:
@@ -455,12 +468,12 @@ class Swarm:
                 t = node.inflight.pop(a.request, None)
                 if t is not None:
                     self.net.cancel(t)
-                    self._release(a.request.source)
+                    self._release(a.request.source, f)
             elif isinstance(a, Settle):
                 node.settle(a.chunk)  # who waited for it here: it is in, or not coming yet
 
     def _delivered(self, s: str, f: str, r: Request) -> None:
-        self._release(s)
+        self._release(s, f)
         src = self.nodes[s]
         src.last_sent = self.e.now
         if src.dead and not src.have[r.chunk]:

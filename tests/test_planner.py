@@ -366,3 +366,104 @@ def test_members_count_as_wan_owners_only_while_gossip_may_lag() -> None:
     for _ in range(5):
         p.tick()
     assert {r.chunk for r in p.next_requests()} == set(range(64)) - mine
+
+
+def relay_planner(me: str, n: int = 16, **cfg: int) -> ChunkPlanner:
+    return ChunkPlanner(me, n, random.Random(0), PlannerConfig(relay=True, **cfg))
+
+
+def test_relay_asks_its_upstream_for_chunks_in_order_just_ahead_of_it() -> None:
+    """A relay asks only the holder before it in name order, lowest chunks first, up to
+    per_source ahead of what that holder has: it parks them until it has them."""
+    p = relay_planner("n3", per_source=2)
+    p.set_source("origin", 1, ALL, origin=True)
+    p.set_source("n1", 1, [])
+    p.set_source("n2", 1, [0, 1, 2])
+    p.set_source("n4", 1, ALL)  # after us in the chain: not our upstream, full or not
+    reqs = p.next_requests()
+    assert reqs == [Request("n2", 0, False), Request("n2", 1, False)]
+    drain(p, reqs)
+    assert [r.chunk for r in p.next_requests()] == [2, 3]  # 3: n2 will have it soon
+    p2 = relay_planner("n2", per_source=2)
+    p2.set_source("n1", 1, [0])
+    assert [r.chunk for r in p2.next_requests()] == [0, 1]  # up to 1 past what n1 holds
+
+
+def test_relay_head_asks_the_origin_and_a_broken_link_is_skipped() -> None:
+    p = relay_planner("n1", per_source=4)
+    p.set_source("origin", 1, ALL, origin=True)
+    p.set_source("n2", 1, [0])
+    assert {r.source for r in p.next_requests()} == {"origin"}  # nobody before us
+    q = relay_planner("n3", per_source=4)
+    q.set_source("origin", 1, ALL, origin=True)
+    q.set_source("n1", 1, ALL)
+    q.set_source("n2", 1, [])
+    (first, *_) = q.next_requests()
+    assert first.source == "n2"
+    for r in [first, *_]:
+        q.failed(r.chunk, r.source, Failure.ERROR)  # n2 errs: backed off
+    assert {r.source for r in q.next_requests()} == {"n1"}  # the link before it
+
+
+def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
+    """Fetchers that start together learn of each other late; the datacenter's members
+    are known long before, so the chain forms from the first request."""
+    p = relay_planner("n3", per_source=2, member_grace=10)
+    p.set_source("origin", 1, ALL, origin=True)
+    p.set_dc_fetchers(["n3"], members=["n1", "n2", "origin"])
+    assert {r.source for r in p.next_requests()} == {"n2"}
+
+
+def test_relay_falls_back_to_the_swarm_when_its_upstream_has_nothing_to_give() -> None:
+    """An upstream that lacks what we may ask it for (a hole behind what it holds, or
+    chunks ahead it keeps not getting: it stalled) does not hold the fetch up: the swarm
+    takes those chunks from others."""
+    p = relay_planner("n3", n=4, per_source=2, missing_ticks=1)
+    p.set_source("n1", 1, range(4))
+    p.set_source("n2", 1, [1])
+    reqs = p.next_requests()
+    assert reqs == [Request("n2", 0, False), Request("n2", 1, False)]
+    p.failed(0, "n2", Failure.MISSING)  # behind what n2 holds: a hole
+    p.received(1, "n2")
+    for _ in range(3):  # ahead of what n2 holds, said missing again and again
+        assert all(r.source == "n2" for r in p.next_requests())
+        for c in (2, 3):
+            p.failed(c, "n2", Failure.MISSING)
+        p.tick()
+        p.tick()
+    reqs = p.next_requests()
+    assert sorted(r.chunk for r in reqs) == [0, 2] and {r.source for r in reqs} == {"n1"}
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40))
+def test_relay_always_completes_while_a_holder_lives(seed: int, n: int) -> None:
+    """Random failures, and an upstream that may never get what we ask it for: a relay
+    finishes as long as someone holds every chunk, within its limits."""
+    rng = random.Random(seed)
+    p = ChunkPlanner("n5", n, random.Random(seed), PlannerConfig(relay=True, total=8, per_source=3))
+    p.set_source("n0", 1, range(n), origin=True)
+    has = {"n0": set(range(n))}
+    for name in ("n2", "n4", "n7"):
+        has[name] = {c for c in range(n) if rng.random() < 0.5}
+        p.set_source(name, 1, has[name])
+    inflight: list[Request] = []
+    for _ in range(3000):
+        if p.done:
+            break
+        p.tick()
+        new = p.next_requests()
+        inflight += new
+        assert p.inflight <= 8 and all(s.inflight <= 3 for s in p.sources.values())
+        keep = []
+        for r in inflight:
+            if r.chunk not in has[r.source]:
+                p.failed(r.chunk, r.source, Failure.MISSING)
+            elif rng.random() < 0.5:
+                for c in p.received(r.chunk, r.source):
+                    inflight = [k for k in inflight if k != c]
+            elif rng.random() < 0.2:
+                p.failed(r.chunk, r.source, Failure.ERROR)
+            else:
+                keep.append(r)
+        inflight = [k for k in keep if not p.have[k.chunk] or k.duplicate]
+    assert p.done, f"seed {seed}: stuck with {p.missing()} missing"

@@ -10,6 +10,8 @@ from sim.swarm import SwarmConfig
 from tensorhub.core.swarm.presets import (
     DEPARTURES,
     NODE,
+    PRESETS,
+    RELAY,
     SIMULATED,
     DataPlaneConfig,
     differences,
@@ -32,12 +34,13 @@ def test_the_simulator_runs_its_preset_by_default() -> None:
 def test_the_node_runs_its_preset() -> None:
     uploads = UploadGrants()
     got = DataPlaneConfig(
-        SWARM_CONFIG,
-        uploads.policy.slots,
-        uploads.policy.max_waiting,
-        None,  # (the Hub sets the rack's limit from gossip: as for anyone by default)
-        SUPER_SEED_AFTER,
-        NODE.seed_spare,
+        planner=SWARM_CONFIG,
+        upload_slots=uploads.policy.slots,
+        max_waiting=uploads.policy.max_waiting,
+        near_waiting=None,  # (the Hub sets the rack's limit from gossip: as for anyone)
+        uploads_per_peer=uploads.policy.per_peer,
+        reserve_after=SUPER_SEED_AFTER,
+        seed_spare=NODE.seed_spare,
     )
     assert got == NODE
     assert uploads.policy.near_waiting == uploads.policy.max_waiting
@@ -49,22 +52,24 @@ def test_differences_names_nested_settings() -> None:
     assert differences(dataclasses.replace(NODE, seed_spare=False), NODE) == {"seed_spare"}
 
 
-async def test_a_hub_runs_the_preset_it_is_given() -> None:
+@pytest.mark.parametrize("name", sorted(PRESETS))
+async def test_a_hub_runs_the_preset_it_is_given(name: str) -> None:
     """A preset chosen by name reaches every setting it names: the upload slots and queue
     limits, the super-seeder's, and the fetch planner's (bench/linerate.py compares presets
     in one run this way)."""
-    hub = await Hub.start("p", secret="s" * 32, dataplane="simulated")
+    hub = await Hub.start("p", secret="s" * 32, dataplane=name)
     try:
         grants = hub.node.upload_grants.policy
         got = DataPlaneConfig(
-            hub.node.dataplane.planner,
-            grants.slots,
-            grants.max_waiting,
-            grants.near_waiting,
-            hub.super_seed_after,
-            hub.seed_spare,
+            planner=hub.node.dataplane.planner,
+            upload_slots=grants.slots,
+            max_waiting=grants.max_waiting,
+            near_waiting=None if grants.near_waiting == grants.max_waiting else grants.near_waiting,
+            uploads_per_peer=grants.per_peer,
+            reserve_after=hub.super_seed_after,
+            seed_spare=hub.seed_spare,
         )
-        assert got == SIMULATED
+        assert got == PRESETS[name]
     finally:
         await hub.close()
     with pytest.raises(ValueError, match="no data-plane preset 'fast'"):
@@ -76,3 +81,4 @@ def test_the_simulator_can_run_any_preset() -> None:
     SwarmConfig.dataplane."""
     assert SwarmConfig.of(NODE).dataplane() == NODE
     assert SwarmConfig.of(SIMULATED, chunks=8).dataplane() == SIMULATED
+    assert SwarmConfig.of(RELAY).dataplane() == RELAY

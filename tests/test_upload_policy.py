@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, deque
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -73,7 +73,7 @@ def test_slots_bound_concurrent_uploads_and_unchoke_round_robin() -> None:
     for t in range(3, 13):
         assert not u.request("greedy", t)  # a greedy peer queues ten
     assert not u.request("modest", 100)
-    granted = [p for _ in range(4) for p, _t in u.release()]
+    granted = [p for _ in range(4) for p, _t in u.release("greedy")]
     # The modest peer is not stuck behind the greedy one's queue: it gets the next-but-one.
     assert "modest" in granted[:2] and u.active == 2
 
@@ -86,7 +86,7 @@ def test_busy_when_the_queue_is_full_and_cancel_frees_a_place() -> None:
     assert not u.admit() and u.refused == 1
     u.cancel("a", 1)
     assert u.admit()
-    assert u.release() == [("b", 2)]
+    assert u.release("a") == [("b", 2)]
 
 
 def test_a_rack_mate_may_wait_longer_than_a_farther_requester() -> None:
@@ -116,13 +116,17 @@ def test_property_slots_fair_share(seed: int) -> None:
     u = UploadSlots(slots=3, max_waiting=10_000)
     peers = ["a", "b", "c"]
     ticket = 0
+    running: deque[str] = deque()  # who holds a slot, oldest first
     for p in peers:
         for _ in range(rng.randrange(5, 30)):
-            u.request(p, ticket)
+            if u.request(p, ticket):
+                running.append(p)
             ticket += 1
     grants: list[str] = []
     while u.waiting:
-        grants += [p for p, _t in u.release()]
+        got = [p for p, _t in u.release(running.popleft())]
+        running.extend(got)
+        grants += got
         assert u.active <= u.slots
     # Count grants per peer while all three still had work: they differ by at most one.
     window = grants[: 3 * min(Counter(grants).values())]
@@ -148,7 +152,7 @@ def test_no_queue_admits_while_a_slot_is_free() -> None:
     assert u.admit() and u.request("a", 0)
     assert u.admit() and u.request("b", 1)
     assert not u.admit()
-    assert u.release() == []
+    assert u.release("a") == []
     assert u.admit()
 
 
@@ -182,3 +186,27 @@ def test_an_origin_with_spare_slots_sends_repeat_copies_unless_told_not_to() -> 
     assert slots.has_spare()
     assert slots.request("x", 1) and slots.request("y", 2) and slots.has_spare()
     assert slots.request("z", 3) and not slots.has_spare()
+
+
+def test_one_upload_per_peer_makes_a_peers_requests_a_queue() -> None:
+    """per_peer=1: a peer's second request waits for its first to finish even with slots
+    idle (two chunks at once to one peer each arrive later: a relay forwards nothing until
+    a chunk is whole), while another peer is served at once."""
+    u = UploadSlots(slots=4, max_waiting=10, per_peer=1)
+    assert u.request("down", 0)
+    assert not u.request("down", 1) and not u.request("down", 2)
+    assert u.request("other", 3)  # a slot for another peer: not behind down's queue
+    assert u.active == 2 and u.waiting == 2
+    assert u.release("other") == []  # nobody else may start: down still has one running
+    assert u.release("down") == [("down", 1)]
+    assert u.release("down") == [("down", 2)]
+    assert u.release("down") == [] and u.active == 0
+
+
+def test_per_peer_queues_rotate_past_peers_at_their_limit() -> None:
+    u = UploadSlots(slots=2, max_waiting=10, per_peer=1)
+    assert u.request("a", 0) and u.request("b", 1)
+    assert not u.request("a", 2) and not u.request("c", 3)
+    # b finishes: a is at its limit, so c (behind a in the rotation) gets the slot.
+    assert u.release("b") == [("c", 3)]
+    assert u.release("a") == [("a", 2)]

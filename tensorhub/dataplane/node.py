@@ -104,6 +104,7 @@ class Node:
             dataplane.upload_slots,
             dataplane.max_waiting,
             dataplane.near_waiting,
+            dataplane.uploads_per_peer,
             near=lambda peer: self.view.near(peer),  # noqa: PLW0108
         )
         self.shaper: WanShaper | None = None

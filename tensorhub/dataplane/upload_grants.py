@@ -32,9 +32,10 @@ class UploadGrants:
         slots: int = DEFAULT_SLOTS,
         max_waiting: int = DEFAULT_MAX_WAITING,
         near_waiting: int | None = None,
+        per_peer: int | None = None,
         near: Callable[[str], bool] | None = None,
     ) -> None:
-        self.policy = UploadSlots(slots, max_waiting, near_waiting)
+        self.policy = UploadSlots(slots, max_waiting, near_waiting, per_peer)
         self.near = near
         """Is a requester in our rack? (from the layer that knows where nodes are)"""
         self._waiting: dict[int, Grant] = {}
@@ -69,7 +70,7 @@ class UploadGrants:
             grant.ready.cancel()
             return
         grant.held = False
-        for _peer, ticket in self.policy.release():
+        for _peer, ticket in self.policy.release(grant.peer):
             g = self._waiting.pop(cast(int, ticket))
             g.held = True
             if g.ready.done():  # its waiter was cancelled meanwhile: pass the slot on

@@ -47,6 +47,7 @@ very planner that moves real bytes. Rules, in order:
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -61,6 +62,9 @@ from ..gossip.holders import SAME_RACK
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
 _NONE = 1 << 30  # "no rank": no holder of a chunk may be asked now
+RELAY_PATIENCE = 3
+"""Times a relay's upstream may say it lacks a chunk ahead of what it holds before the
+chunk is left to the swarm (a live upstream gets it within a few ticks)."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -83,6 +87,14 @@ class PlannerConfig:
     the last 2 chunks, 2.9-3.1 % and 1.75-1.92x."""
     owner_timeout: int = 40
     rack_owners: bool = True
+    relay: bool = False
+    """Pipelined relay as the starting plan: our datacenter's fetchers, in name order after
+    the origin, form a chain, and each asks only its upstream (the one before it), for
+    chunks in index order, up to ``per_source`` ahead of what the upstream holds (the
+    upstream parks those until it has them, so each link streams back to back). A chain
+    is what fills N replicas in one copy's time on NIC-limited nodes (each NIC carries one
+    model each way); the swarm is the repair: with no upstream we can ask (unknown, dead,
+    backed off) the fetch runs as a swarm until there is one again."""
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -213,6 +225,10 @@ class ChunkPlanner:
         self._rack_waiting: dict[int, int] = {}  # the same, for its rack owner
         self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
+        self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
+        self._relay_up: str | None = None  # our upstream when we last asked it
+        self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
+        self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self.wan_requests = 0
         for c in range(num_chunks):
             if not self.have[c]:
@@ -455,6 +471,8 @@ class ChunkPlanner:
             src.banned = src.strikes >= self.cfg.max_strikes
             src.blocked_until = self.now + self.cfg.ban_ticks
         elif why == Failure.MISSING:
+            if self.cfg.relay:
+                self._relay_missing(source, chunk)
             # The hint was stale (its own source died mid-chunk) or early: forget it until
             # the source announces the chunk again, so that no one waits on a holder that
             # is not one (two rack-mates, each hinted to have what the other lacked, once
@@ -523,10 +541,9 @@ class ChunkPlanner:
         budget = self.cfg.total - self.inflight
         if budget <= 0:
             return []
-        blocked = self._blocked
-        if blocked:
-            for key in [k for k, until in blocked.items() if until <= self.now]:
-                del blocked[key]
+        self._expire_blocks()
+        if self.cfg.relay and (relayed := self._relayed(budget)) is not None:
+            return relayed
         usable = {n: s for n, s in self.sources.items() if self._usable(s)}
         free = {n for n, s in usable.items() if s.inflight < self.cfg.per_source}
         if not free:
@@ -563,6 +580,92 @@ class ChunkPlanner:
             if best >= 2 * WAN_TIER:
                 self.wan_requests += 1
         return out
+
+    def _expire_blocks(self) -> None:
+        blocked = self._blocked
+        if blocked:
+            for key in [k for k, until in blocked.items() if until <= self.now]:
+                del blocked[key]
+
+    def _relayed(self, budget: int) -> list[Request] | None:
+        """``relay``'s requests, or None where the swarm decides: we have no upstream, or
+        it has room but nothing we may ask it for (it said it lacks them: it may never
+        get them), and the swarm fills in meanwhile."""
+        up = self._upstream()
+        if up is None:
+            return None
+        out = self._relay_requests(up, budget)
+        if out or self.sources[up].inflight >= self.cfg.per_source:
+            return out
+        return None
+
+    def _upstream(self) -> str | None:
+        """Whom we relay from (``relay``): the nearest node before us in our datacenter's
+        name order that we may ask, among its holders of this version (fetching it, or
+        done: a chain does not move when its head finishes) and, while fetchers may not
+        have learnt of each other yet (``member_grace``), its live members; else the
+        nearest origin; None if we may ask none (the fetch then swarms). A link we may not
+        ask (dead, backed off) is skipped: its downstream relays from the one before it."""
+        me = self.me
+        chain = {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
+        if self._began is None or self.now < self._began + self.cfg.member_grace:
+            chain.update(n for n in (*self.dc_fetchers, *self.dc_members) if n not in self.sources)
+        for name in sorted((n for n in chain if n < me), reverse=True):
+            src = self.sources.get(name)
+            if src is None:  # a member not yet heard of as a holder: it will be one
+                src = self.sources[name] = SourceInfo(RACK_TIER, set(), seen_at=self.now)
+                self._rack = None
+            if self._usable(src):
+                return name
+        origins = [
+            (s.tier, n)
+            for n, s in self.sources.items()
+            if s.origin and s.tier < WAN_TIER and self._usable(s)
+        ]
+        return min(origins)[1] if origins else None
+
+    def _relay_requests(self, up: str, budget: int) -> list[Request]:
+        """Requests to our upstream: the lowest missing chunks not in flight, up to
+        ``per_source`` in flight and no further ahead than it may soon hold."""
+        if up != self._relay_up:
+            self._relay_up = up
+            self._relay_misses.clear()
+            self._relay_holes.clear()
+        src = self.sources[up]
+        room = min(budget, self.cfg.per_source - src.inflight)
+        if room <= 0:
+            return []
+        full = up in self._full
+        reach = self.num_chunks if full else max(src.chunks, default=-1) + self.cfg.per_source
+        out: list[Request] = []
+        c = self._relay_from
+        while c < self.num_chunks and self.have[c]:
+            c += 1
+        self._relay_from = c
+        holes = self._relay_holes
+        while c < min(reach + 1, self.num_chunks) and len(out) < room:
+            if (
+                not self.have[c]
+                and c not in self._chunks
+                and (up, c) not in self._blocked
+                and (c not in holes or c in src.chunks)
+            ):
+                out.append(self._request(up, c, duplicate=False))
+            c += 1
+        return out
+
+    def _relay_missing(self, source: str, chunk: int) -> None:
+        """Our upstream said it lacks ``chunk``. Behind what it holds, that is a hole it
+        may never fill; ahead of it, it will have it soon, unless it keeps saying so
+        (``RELAY_PATIENCE`` times: it stalled). Either way the chunk is then left to the
+        swarm until the upstream announces it."""
+        if source != self._relay_up:
+            return
+        src = self.sources.get(source)
+        self._relay_misses[chunk] += 1
+        behind = src is not None and chunk < max(src.chunks, default=-1)
+        if behind or self._relay_misses[chunk] >= RELAY_PATIENCE:
+            self._relay_holes.add(chunk)
 
     def _nearest(self, c: int, rank_of: dict[str, int], free: set[str]) -> tuple[int, str | None]:
         """One pass over ``c``'s holders: the best rank, and the least-loaded free source at

@@ -29,6 +29,8 @@ class DataPlaneConfig:
     """Requests that may wait for an upload slot before more are answered "busy"."""
     near_waiting: int | None = None
     """The same for a requester in our rack (None: as for anyone)."""
+    uploads_per_peer: int | None = None
+    """Chunk uploads to one peer at once (None: up to ``upload_slots``; see UploadSlots)."""
     reserve_after: float = 1.0
     """Super-seeding: seconds a published chunk's requests are redirected before it is
     sent again (see SuperSeeder)."""
@@ -71,9 +73,16 @@ DEPARTURES: dict[str, str] = {
 """Each setting in which ``SIMULATED`` differs from ``NODE``, and why."""
 
 
+RELAY = dataclasses.replace(
+    NODE, planner=dataclasses.replace(NODE.planner, relay=True), uploads_per_peer=1
+)
+"""``NODE`` with a pipelined relay as the starting plan (PlannerConfig.relay), each
+upload to one peer at a time."""
+
 PRESETS: dict[str, DataPlaneConfig] = {
     "node": NODE,
     "simulated": SIMULATED,
+    "relay": RELAY,
 }
 """The presets by name (``Hub.start(dataplane=...)``, ``bench/linerate.py --presets``)."""
 

@@ -23,14 +23,26 @@ from collections.abc import Hashable
 
 class UploadSlots:
     def __init__(
-        self, slots: int = 4, max_waiting: int = 64, near_waiting: int | None = None
+        self,
+        slots: int = 4,
+        max_waiting: int = 64,
+        near_waiting: int | None = None,
+        per_peer: int | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError("at least one upload slot")
+        if per_peer is not None and per_peer < 1:
+            raise ValueError("per_peer: at least one upload per peer, or None")
         self.slots = slots
         self.max_waiting = max_waiting
         self.near_waiting = max(max_waiting, near_waiting or 0)  # never less than the rest
+        self.per_peer = per_peer
+        """Uploads to one peer at once (None: up to ``slots``). Two chunks sent to the
+        same peer at once share its path, so each arrives later than if they were sent
+        one after the other, and a store-and-forward relay can pass on nothing until a
+        chunk is whole: with 1, a fetcher's requests to us are a queue, not a split."""
         self.active = 0
+        self._active_to: dict[str, int] = {}
         self._queues: OrderedDict[str, deque[Hashable]] = OrderedDict()  # rotation order
         self.waiting = 0
         self.refused = 0
@@ -48,10 +60,21 @@ class UploadSlots:
             return False
         return True
 
+    def _peer_full(self, peer: str) -> bool:
+        return self.per_peer is not None and self._active_to.get(peer, 0) >= self.per_peer
+
+    def _start(self, peer: str) -> None:
+        self.active += 1
+        self._active_to[peer] = self._active_to.get(peer, 0) + 1
+
     def request(self, peer: str, ticket: Hashable) -> bool:
         """``ticket`` of ``peer`` wants a slot: True if it has one now, else it waits."""
-        if self.active < self.slots and not self.waiting:
-            self.active += 1
+        if (
+            self.active < self.slots
+            and not self._peer_full(peer)
+            and all(self._peer_full(p) for p in self._queues)  # nobody eligible ahead
+        ):
+            self._start(peer)
             return True
         self._queues.setdefault(peer, deque()).append(ticket)
         self.waiting += 1
@@ -65,16 +88,24 @@ class UploadSlots:
             if not q:
                 del self._queues[peer]
 
-    def release(self) -> list[tuple[str, Hashable]]:
-        """An upload finished: the (peer, ticket) pairs that get a slot now."""
+    def release(self, peer: str) -> list[tuple[str, Hashable]]:
+        """An upload to ``peer`` finished: the (peer, ticket) pairs that get a slot now,
+        round-robin over the peers that may have one more."""
         self.active -= 1
+        left = self._active_to.get(peer, 0) - 1
+        if left > 0:
+            self._active_to[peer] = left
+        else:
+            self._active_to.pop(peer, None)
         out = []
-        while self.active < self.slots and self._queues:
-            peer, q = next(iter(self._queues.items()))
-            out.append((peer, q.popleft()))
+        while self.active < self.slots:
+            nxt = next((p for p in self._queues if not self._peer_full(p)), None)
+            if nxt is None:
+                break
+            q = self._queues.pop(nxt)
+            out.append((nxt, q.popleft()))
             self.waiting -= 1
-            self.active += 1
-            del self._queues[peer]
+            self._start(nxt)
             if q:
-                self._queues[peer] = q  # to the back of the rotation
+                self._queues[nxt] = q  # to the back of the rotation
         return out
