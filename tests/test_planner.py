@@ -411,7 +411,14 @@ def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
     p = relay_planner("n3", per_source=2, member_grace=10)
     p.set_source("origin", 1, ALL, origin=True)
     p.set_dc_fetchers(["n3"], members=["n1", "n2", "origin"])
-    assert {r.source for r in p.next_requests()} == {"n2"}
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"n2"}
+    for r in reqs:
+        p.failed(r.chunk, r.source, Failure.GONE)  # n2 does not fetch this version
+    for _ in range(60):  # past the grace and n2's back-off
+        p.tick()
+    p.set_source("n1", 1, [0, 1])  # n1 does: it holds chunks now
+    assert {r.source for r in p.next_requests()} == {"n1"}  # n2 is no link any more
 
 
 def test_relay_falls_back_to_the_swarm_when_its_upstream_has_nothing_to_give() -> None:

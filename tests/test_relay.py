@@ -59,7 +59,9 @@ async def test_fetchers_relay_the_version_down_a_chain(tmp_path: Path) -> None:
         pub = await publisher.publish("policy", 1, w, chunk_size=1 << 20)
         size = pub.manifest.total_bytes
         intos = [empty_like_manifest(pub.manifest) for _ in rolls]
-        await asyncio.gather(*(r.fetch("policy", 1, into) for r, into in zip(rolls, intos)))
+        await asyncio.gather(
+            *(r.fetch("policy", 1, into) for r, into in zip(rolls, intos, strict=True))
+        )
         for into in intos:
             assert all(same_bytes(w[k], into[k]) for k in w)
         sent = {

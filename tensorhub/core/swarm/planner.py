@@ -229,6 +229,7 @@ class ChunkPlanner:
         self._relay_up: str | None = None  # our upstream when we last asked it
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
+        self._assumed: set[str] = set()  # members relay took for links before they held any
         self.wan_requests = 0
         for c in range(num_chunks):
             if not self.have[c]:
@@ -610,10 +611,15 @@ class ChunkPlanner:
         chain = {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
         if self._began is None or self.now < self._began + self.cfg.member_grace:
             chain.update(n for n in (*self.dc_fetchers, *self.dc_members) if n not in self.sources)
+        else:  # members never heard of as holders since are not links any more
+            chain -= {n for n in self._assumed if not self.sources[n].chunks} - set(
+                self.dc_fetchers
+            )
         for name in sorted((n for n in chain if n < me), reverse=True):
             src = self.sources.get(name)
             if src is None:  # a member not yet heard of as a holder: it will be one
                 src = self.sources[name] = SourceInfo(RACK_TIER, set(), seen_at=self.now)
+                self._assumed.add(name)
                 self._rack = None
             if self._usable(src):
                 return name
