@@ -216,7 +216,10 @@ class ChunkPlanner:
         size, not 35,000 bucket moves (0.2 s). A chunk's availability is its partial
         holders plus ``len(_full)``; the full part is the same for every chunk, so the
         buckets are keyed by the partial count alone and rarity order is unchanged."""
-        self._buckets: dict[int, list[int]] = {}  # partial availability -> sorted ranks
+        self._buckets: dict[int, list[int]] = {}
+        """Partial availability -> the negated ranks of its chunks, ascending: the next
+        candidate is at the end, where taking it out moves nothing (at the front, each
+        request moved the rest of a 35,000-chunk list: 10 us of a 46 us call)."""
         self._bucketed = bytearray(num_chunks)
         self._asleep: dict[int, int] = {}  # chunk -> tick it wakes (waiting for its WAN owner)
         self._alarms: list[tuple[int, int]] = []  # heap of (tick, chunk)
@@ -239,13 +242,13 @@ class ChunkPlanner:
 
     def _bucket(self, c: int) -> None:
         if not self._bucketed[c]:
-            insort(self._buckets.setdefault(len(self._holders[c]), []), self._rank[c])
+            insort(self._buckets.setdefault(len(self._holders[c]), []), -self._rank[c])
             self._bucketed[c] = 1
 
     def _unbucket(self, c: int) -> None:
         if self._bucketed[c]:
             ranks = self._buckets[len(self._holders[c])]
-            del ranks[bisect_left(ranks, self._rank[c])]
+            del ranks[bisect_left(ranks, -self._rank[c])]
             self._bucketed[c] = 0
 
     def _holders_of(self, c: int) -> Iterable[str]:
@@ -522,18 +525,18 @@ class ChunkPlanner:
         candidates. The caller may take the chunk it was just given out of the pool."""
         held = 0 if self._full else 1  # the least partial count of a chunk someone holds
         if self._picked < self.cfg.initial_random:
-            ranks = sorted(r for k, rs in self._buckets.items() if k >= held for r in rs)
+            ranks = sorted(-r for k, rs in self._buckets.items() if k >= held for r in rs)
             yield from (self._order[r] for r in ranks)
             return
         for k in sorted(self._buckets):
             if k < held:
                 continue
-            ranks, i = self._buckets[k], 0
-            while i < len(ranks):  # lazily: a call usually stops after a few chunks
-                c = self._order[ranks[i]]
-                yield c
-                if i < len(ranks) and ranks[i] == self._rank[c]:
-                    i += 1  # still there; else the caller took it out and the rest shifted
+            ranks = self._buckets[k]
+            i = len(ranks) - 1
+            while i >= 0:  # lazily, from the end: a call usually stops after a few chunks
+                yield self._order[-ranks[i]]
+                i -= 1  # (the caller may have taken that one out: nothing before it moved)
+                i = min(i, len(ranks) - 1)
 
     def next_requests(self) -> list[Request]:
         """New requests to send now, within every limit."""
@@ -553,12 +556,14 @@ class ChunkPlanner:
             if self._missing > self.cfg.endgame_chunks:
                 return []
             return self._endgame(usable, free, budget)
+        rank_of = {n: s.rank for n, s in usable.items()}
+        if self._nearest_all_busy(rank_of, free):
+            return []
         out: list[Request] = []
         # When the nearest holders of the rarest chunks are all busy, every candidate may be
         # unservable now; stop looking after a bounded run of them (completions will call
         # again soon) instead of walking the whole version on every call.
         patience = SCAN_PATIENCE + 2 * budget
-        rank_of = {n: s.rank for n, s in usable.items()}
         for c in self._candidates():
             if len(out) >= budget or not free or patience <= 0:
                 break
@@ -578,9 +583,32 @@ class ChunkPlanner:
             patience = SCAN_PATIENCE + 2 * budget
             if self.sources[src].inflight >= self.cfg.per_source:
                 free.discard(src)
+                patience = 0 if self._nearest_all_busy(rank_of, free) else patience
             if best >= 2 * WAN_TIER:
                 self.wan_requests += 1
         return out
+
+    def _nearest_all_busy(self, rank_of: dict[str, int], free: set[str]) -> bool:
+        """Whether no chunk can be asked of anyone now, decided without a scan: every
+        chunk's nearest holders include the full holders of the best rank, and those are
+        all busy, and no partial holder ranks as near (nor has a chunk blocked that might
+        send it farther), and they are in our rack (so a scan would have changed nothing:
+        no owner's turn starts). ``rank_of``: the usable sources' ranks. A fetch from full
+        holders, the common case, then costs O(sources) per call instead of a scan of
+        ``SCAN_PATIENCE`` candidates (35,000 chunks from 8 full holders: 24 candidates
+        looked at per completed chunk, all unservable)."""
+        if not self._full or self._blocked:
+            return False
+        full = [(r, n) for n in self._full if (r := rank_of.get(n)) is not None]
+        if not full:
+            return False
+        best = min(full)[0]
+        if best >= 2 * RACK_TIER or any(n in free for r, n in full if r == best):
+            return False  # (farther, a scan also starts owners' turns: it must run)
+        sources = self.sources
+        return not any(
+            r <= best and n not in self._full and sources[n].chunks for n, r in rank_of.items()
+        )
 
     def _expire_blocks(self) -> None:
         blocked = self._blocked
