@@ -474,3 +474,24 @@ def test_relay_always_completes_while_a_holder_lives(seed: int, n: int) -> None:
                 keep.append(r)
         inflight = [k for k in keep if not p.have[k.chunk] or k.duplicate]
     assert p.done, f"seed {seed}: stuck with {p.missing()} missing"
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_the_quick_all_busy_answer_agrees_with_a_full_scan(seed: int) -> None:
+    """``_nearest_all_busy`` lets a call skip its scan; whenever it says so, no chunk left
+    in the pool has a free holder among its nearest (the scan would have found nothing)."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    p = planner(n=n, seed=seed, total=rng.randint(4, 24), per_source=rng.randint(1, 4))
+    for i in range(rng.randint(1, 6)):
+        held = range(n) if rng.random() < 0.5 else [c for c in range(n) if rng.random() < 0.5]
+        p.set_source(f"s{i}", rng.randint(0, 3), held, origin=rng.random() < 0.2)
+    for _ in range(rng.randint(0, 4)):
+        reqs = p.next_requests()
+        drain(p, [r for r in reqs if rng.random() < 0.3])
+    usable = {name: s for name, s in p.sources.items() if p._usable(s)}
+    rank_of = {name: s.rank for name, s in usable.items()}
+    free = {name for name, s in usable.items() if s.inflight < p.cfg.per_source}
+    if p._nearest_all_busy(rank_of, free):
+        pool = [c for c in range(n) if p._bucketed[c]]
+        assert all(p._nearest(c, rank_of, free)[1] is None for c in pool), seed
