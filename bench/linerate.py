@@ -11,7 +11,9 @@ Systems, in the same run on the same fabric:
 
 Reported, each a ratio measured in this run: the last receiver's time / one copy's; the
 publisher's egress in model sizes; bytes received beyond one model per receiver
-(duplicates), as a fraction of what the receivers needed; beside each tensorhub row, what
+(duplicates), as a fraction of what the receivers needed; the machine's CPU seconds per GB
+received during the transfer, and how busy its cores were (is this host out of CPU before
+the NICs are full?); beside each tensorhub row, what
 the simulator predicts for the same case (``sim/fanout.py``, seeds 1-3: the same cores
 over a modelled network), and after the table, how much of line rate the publisher's and
 the receivers' NICs carried in each tenth of the transfer (where the time went). Needs root
@@ -28,6 +30,7 @@ import argparse
 import itertools
 import multiprocessing as mp
 import multiprocessing.connection as mpc
+import os
 import socket
 import statistics
 import sys
@@ -105,6 +108,33 @@ def _receiver(
     pipe.send(("end", t1, got))
 
 
+def _cpu_now() -> tuple[float, float]:
+    """(wall clock, :func:`_cpu_seconds`): a transfer's CPU window starts and ends here."""
+    return time.monotonic(), _cpu_seconds()
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process, the
+    kernel's share of moving packets through veths and qdiscs included): the cost of a
+    transfer is the difference around it. Machine-wide, since the kernel's work for a
+    process's sockets is not all charged to that process."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_use(start: tuple[float, float], nbytes: int) -> dict[str, float]:
+    """The machine's CPU from ``start`` (:func:`_cpu_now`) to now, for ``nbytes``
+    delivered: seconds per GB, and the busy fraction of all cores over that window."""
+    (w0, c0), (w1, c1) = start, _cpu_now()
+    return {
+        "cpu_seconds": c1 - c0,
+        "cpu_seconds_per_gb": (c1 - c0) / (nbytes / 1e9),
+        "cpu_busy_fraction": (c1 - c0) / ((w1 - w0) * (os.cpu_count() or 1)),
+    }
+
+
 def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[str, Any]:
     """One raw-socket run: the star (or a single copy) when not ``chain``."""
     ctx = mp.get_context("spawn")
@@ -135,19 +165,23 @@ def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[s
     # downstream is there before its upstream sends; a star's receivers in any order.
     for pipe in reversed(pipes) if chain else pipes:
         pipe.send("connect")
+    start = _cpu_now()
     ours.send("go")
     for pipe in pipes:
         assert pipe.recv() == ("connected",)
     ends = [pipe.recv() for pipe in pipes]
+    cpu = _cpu_use(start, size * len(receivers))
     t0 = ours.recv()[1]
     for p in [src, *procs]:
         p.join(30)
     short = [e[2] for e in ends if e[2] != size]
     if short:
         raise RuntimeError(f"a receiver got {short[0]} of {size} bytes")
+    seconds = max(e[1] for e in ends) - t0
     return {
-        "seconds": max(e[1] for e in ends) - t0,
+        "seconds": seconds,
         "publisher_egress_models": 1.0 if chain else float(len(receivers)),
+        **cpu,
     }
 
 
@@ -247,9 +281,11 @@ def _tensorhub(
         c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
         sampler = _Sampler(fabric)
         sampler.start()
+        start = _cpu_now()
         try:
             seconds, delta, failures = c.fetch_all([s.name for s in specs[1:]], MODEL, 1, None)
         finally:
+            cpu = _cpu_use(start, size * receivers)
             samples = sampler.stop()
     received = sum(delta.values())
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
@@ -259,6 +295,7 @@ def _tensorhub(
         "duplicate_fraction": max(0.0, received / (size * receivers) - 1.0),
         "failures": failures,
         "phases": _phases(samples, fabric.rate_mbit),
+        **cpu,
     }
 
 
@@ -311,6 +348,8 @@ def main() -> None:
             "last / one copy",
             "publisher egress (models)",
             "duplicates",
+            "CPU s/GB",
+            "CPU busy",
             "sim. median",
         ],
         [
@@ -320,6 +359,8 @@ def main() -> None:
                 r["last_over_one_copy"],
                 r["publisher_egress_models"],
                 f"{100 * r.get('duplicate_fraction', 0.0):.1f} %",
+                f"{r['cpu_seconds_per_gb']:.2f}",
+                f"{100 * r['cpu_busy_fraction']:.0f} %",
                 f"{statistics.median(sim):.2f}"
                 if (sim := r.get("simulated_over_one_copy"))
                 else "-",
