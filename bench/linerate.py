@@ -15,7 +15,8 @@ publisher's egress in model sizes; bytes received beyond one model per receiver
 received during the transfer, and how busy its cores were (is this host out of CPU before
 the NICs are full?); beside each tensorhub row, what
 the simulator predicts for the same case (``sim/fanout.py``, seeds 1-3: the same cores
-over a modelled network), and after the table, how much of line rate the publisher's and
+over a modelled network; in brackets how far off it is, which #18 wants within 10 %), and
+after the table, how much of line rate the publisher's and
 the receivers' NICs carried in each tenth of the transfer (where the time went). Needs root
 (namespaces); says why and exits 2 where it cannot build them.
 
@@ -339,6 +340,9 @@ def main() -> None:
     one = results["p2p"]["seconds"]
     for r in results.values():
         r["last_over_one_copy"] = r["seconds"] / one
+        if sim := r.get("simulated_over_one_copy"):
+            # #18's check of the simulator against reality: within 10 % of the measurement.
+            r["simulator_error"] = statistics.median(sim) / r["last_over_one_copy"] - 1.0
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
         f"{size / 2**20:.0f} MiB; one copy {one:.2f} s",
@@ -361,7 +365,7 @@ def main() -> None:
                 f"{100 * r.get('duplicate_fraction', 0.0):.1f} %",
                 f"{r['cpu_seconds_per_gb']:.2f}",
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
-                f"{statistics.median(sim):.2f}"
+                f"{statistics.median(sim):.2f} ({100 * r['simulator_error']:+.0f} %)"
                 if (sim := r.get("simulated_over_one_copy"))
                 else "-",
             ]
