@@ -495,3 +495,20 @@ def test_the_quick_all_busy_answer_agrees_with_a_full_scan(seed: int) -> None:
     if p._nearest_all_busy(rank_of, free):
         pool = [c for c in range(n) if p._bucketed[c]]
         assert all(p._nearest(c, rank_of, free)[1] is None for c in pool), seed
+
+
+def test_relay_waits_on_a_slow_upstream_that_keeps_gaining_chunks() -> None:
+    """On a busy host an upstream may say "not yet" many times for a chunk ahead of it;
+    as long as it gains chunks in between it is slow, not stalled, and the chunk stays
+    with it. RELAY_PATIENCE refusals with no chunk gained: the swarm takes it."""
+    p = relay_planner("n3", n=16, per_source=8)
+    p.set_source("n1", 1, range(16))
+    p.set_source("n2", 1, [0])
+    assert {r.source for r in p.next_requests()} == {"n2"}  # chunks 0..8
+    for gained in range(1, 6):
+        p.failed(8, "n2", Failure.MISSING)
+        p.add_chunk("n2", gained)
+    assert 8 not in p._relay_holes  # (the planner's own record of what it left)
+    for _ in range(3):
+        p.failed(8, "n2", Failure.MISSING)
+    assert 8 in p._relay_holes

@@ -230,6 +230,7 @@ class ChunkPlanner:
         self._picked = 0
         self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
         self._relay_up: str | None = None  # our upstream when we last asked it
+        self._relay_frontier = -1  # the highest chunk it held at its last "not held"
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._assumed: set[str] = set()  # members relay took for links before they held any
@@ -662,7 +663,7 @@ class ChunkPlanner:
         """Requests to our upstream: the lowest missing chunks not in flight, up to
         ``per_source`` in flight and no further ahead than it may soon hold."""
         if up != self._relay_up:
-            self._relay_up = up
+            self._relay_up, self._relay_frontier = up, -1
             self._relay_misses.clear()
             self._relay_holes.clear()
         src = self.sources[up]
@@ -691,14 +692,21 @@ class ChunkPlanner:
     def _relay_missing(self, source: str, chunk: int) -> None:
         """Our upstream said it lacks ``chunk``. Behind what it holds, that is a hole it
         may never fill; ahead of it, it will have it soon, unless it keeps saying so
-        (``RELAY_PATIENCE`` times: it stalled). Either way the chunk is then left to the
-        swarm until the upstream announces it."""
+        (``RELAY_PATIENCE`` times with no chunk gained in between: it stalled; an upstream
+        that is only slow, on a busy host, keeps gaining). Either way the chunk is then
+        left to the swarm until the upstream announces it."""
         if source != self._relay_up:
             return
         src = self.sources.get(source)
+        frontier = max(src.chunks, default=-1) if src is not None else -1
+        if chunk < frontier:
+            self._relay_holes.add(chunk)
+            return
+        if frontier > self._relay_frontier:  # it moved on since: slow, not stalled
+            self._relay_frontier = frontier
+            self._relay_misses.clear()
         self._relay_misses[chunk] += 1
-        behind = src is not None and chunk < max(src.chunks, default=-1)
-        if behind or self._relay_misses[chunk] >= RELAY_PATIENCE:
+        if self._relay_misses[chunk] >= RELAY_PATIENCE:
             self._relay_holes.add(chunk)
 
     def _nearest(self, c: int, rank_of: dict[str, int], free: set[str]) -> tuple[int, str | None]:
