@@ -28,6 +28,7 @@ the receivers' NICs carried in each tenth of the transfer (where the time went).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import multiprocessing as mp
 import multiprocessing.connection as mpc
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +103,10 @@ def _receiver(
         if n == 0:
             break
         if down is not None:
-            down.sendall(view[:n])
+            try:
+                down.sendall(view[:n])
+            except OSError:  # our downstream died: keep receiving for ourselves
+                down = None
         got += n
     t1 = time.time()
     if down is not None:
@@ -136,8 +141,27 @@ def _cpu_use(start: tuple[float, float], nbytes: int) -> dict[str, float]:
     }
 
 
-def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[str, Any]:
-    """One raw-socket run: the star (or a single copy) when not ``chain``."""
+@dataclass(frozen=True)
+class Case:
+    """Where a chain breaks (#17): ``victim`` (a receiver's index, mid-chain) is
+    ``killed`` ``kill_after`` seconds into the transfer, or ``slow`` (half the NIC rate).
+    Reported: the last *healthy* receiver against one copy, and for a slow victim its
+    time against its own bound (two copies)."""
+
+    kind: str
+    victim: int
+    kill_after: float = 0.0
+
+
+def _raw(
+    fabric: Fabric,
+    receivers: list[int],
+    chain: bool,
+    size: int,
+    case: Case | None = None,
+) -> dict[str, Any]:
+    """One raw-socket run: the star (or a single copy) when not ``chain``; with ``case``,
+    its victim is killed or slow as the case says."""
     ctx = mp.get_context("spawn")
     pipes: list[mpc.Connection] = []
     procs = []
@@ -170,20 +194,31 @@ def _raw(fabric: Fabric, receivers: list[int], chain: bool, size: int) -> dict[s
     ours.send("go")
     for pipe in pipes:
         assert pipe.recv() == ("connected",)
-    ends = [pipe.recv() for pipe in pipes]
+    if case is not None and case.kind == "killed":
+        time.sleep(case.kill_after)
+        procs[receivers.index(case.victim)].kill()
+    ends: dict[int, tuple[float, int]] = {}
+    for i, pipe in zip(receivers, pipes, strict=True):
+        with contextlib.suppress(EOFError):  # (the victim's pipe: it was killed)
+            _, t1, got = pipe.recv()
+            ends[i] = (t1, got)
     cpu = _cpu_use(start, size * len(receivers))
     t0 = ours.recv()[1]
     for p in [src, *procs]:
         p.join(30)
-    short = [e[2] for e in ends if e[2] != size]
-    if short:
-        raise RuntimeError(f"a receiver got {short[0]} of {size} bytes")
-    seconds = max(e[1] for e in ends) - t0
-    return {
-        "seconds": seconds,
+    healthy = [i for i in receivers if case is None or i != case.victim]
+    short = [i for i in healthy if ends.get(i, (0.0, 0))[1] != size]
+    if short and case is None:
+        raise RuntimeError(f"a receiver got {ends[short[0]][1]} of {size} bytes")
+    out: dict[str, Any] = {
+        "seconds": max(ends[i][0] for i in healthy if i not in short) - t0 if not short else None,
+        "healthy_short": len(short),  # healthy receivers left without the whole model
         "publisher_egress_models": 1.0 if chain else float(len(receivers)),
         **cpu,
     }
+    if case is not None and case.kind == "slow" and case.victim in ends:
+        out["victim_seconds"] = ends[case.victim][0] - t0
+    return out
 
 
 class _Sampler(threading.Thread):
@@ -249,11 +284,11 @@ def _phases(
 
 
 def _tensorhub(
-    fabric: Fabric, receivers: int, size: int, preset: str, chunk: int
+    fabric: Fabric, receivers: int, size: int, preset: str, chunk: int, case: Case | None = None
 ) -> dict[str, Any]:
     """The real stack: Hub processes, one per namespace, with the data-plane ``preset``;
     the publisher and two receivers are the Raft voters. Everyone is in one rack (a flat
-    fabric)."""
+    fabric). With ``case``, its victim is killed mid-transfer or is slow."""
     specs = [
         Spec(
             "publisher",
@@ -275,29 +310,57 @@ def _tensorhub(
                 dataplane=preset,
             )
         )
+    names = [s.name for s in specs[1:]]
+    victim = f"r{case.victim}" if case is not None else None
+    healthy = [n for n in names if n != victim]
     with (
         tempfile.TemporaryDirectory(prefix="tensorhub-linerate-") as tmp,
         HubProcs(specs, tmp) as c,
     ):
         c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
+        before = c.uploads()
+        c.call(names, "prepare", MODEL, 1, None)
         sampler = _Sampler(fabric)
         sampler.start()
         start = _cpu_now()
         try:
-            seconds, delta, failures = c.fetch_all([s.name for s in specs[1:]], MODEL, 1, None)
+            c.call(names, "fetch", MODEL, 1, None)
+            if case is not None and case.kind == "killed":
+                assert victim is not None
+                time.sleep(case.kill_after)
+                c.kill(victim)
+            live = healthy if case is not None and case.kind == "killed" else names
+            ends = dict(zip(live, c.call(live, "result", MODEL, 1, tag="done"), strict=True))
         finally:
             cpu = _cpu_use(start, size * receivers)
             samples = sampler.stop()
-    received = sum(delta.values())
+        after = c.uploads()
+    delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
+    t0 = min(e[0] for e in ends.values())
+    received = sum(b for k, b in delta.items() if k.split(">")[1] in healthy)
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
-    return {
-        "seconds": seconds,
+    out: dict[str, Any] = {
+        "seconds": max(ends[n][1] for n in healthy) - t0,
+        "healthy_short": 0,
         "publisher_egress_models": pub / size,
-        "duplicate_fraction": max(0.0, received / (size * receivers) - 1.0),
-        "failures": failures,
+        "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
+        "failures": [ends[n][2] for n in live],
         "phases": _phases(samples, fabric.rate_mbit),
         **cpu,
     }
+    if victim is not None and victim in ends:
+        out["victim_seconds"] = ends[victim][1] - t0
+    return out
+
+
+def _last_column(r: dict[str, Any]) -> str:
+    """The simulator's prediction and its error (healthy case), or how a slow receiver
+    fared against its own bound."""
+    if "victim_over_its_bound" in r:
+        return f"{r['victim_over_its_bound']:.2f}"
+    if sim := r.get("simulated_over_one_copy"):
+        return f"{statistics.median(sim):.2f} ({100 * r['simulator_error']:+.0f} %)"
+    return "-"
 
 
 def main() -> None:
@@ -312,6 +375,12 @@ def main() -> None:
         help="tensorhub's data-plane presets to run, comma-separated (core/swarm/presets.py)",
     )
     ap.add_argument("--chunk", default="4MiB", help="tensorhub's chunk size")
+    ap.add_argument(
+        "--case",
+        choices=["healthy", "slow", "killed"],
+        default="healthy",
+        help="where chains break: a mid-chain receiver at half rate, or killed halfway",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     why = unavailable()
@@ -321,31 +390,45 @@ def main() -> None:
     size, n = parse_size(args.size), args.receivers
     systems = args.systems.split(",")
     results: dict[str, dict[str, Any]] = {}
-    with Fabric(n + 1, args.rate) as fabric:
+    victim = n // 2 + 1  # mid-chain: half the receivers are downstream of it
+    slow = {victim: args.rate / 2} if args.case == "slow" else {}
+    with Fabric(n + 1, args.rate, rates=slow) as fabric:
         everyone = list(range(1, n + 1))
         results["p2p"] = _raw(fabric, [1], chain=False, size=size)
+        one = results["p2p"]["seconds"]
+        case = None
+        if args.case != "healthy":
+            case = Case(args.case, victim, kill_after=one / 2)
         if "star" in systems:
-            results["star"] = _raw(fabric, everyone, chain=False, size=size)
+            results["star"] = _raw(fabric, everyone, chain=False, size=size, case=case)
         if "chain" in systems:
-            results["chain"] = _raw(fabric, everyone, chain=True, size=size)
+            results["chain"] = _raw(fabric, everyone, chain=True, size=size, case=case)
         if "tensorhub" in systems:
             for name in args.presets.split(","):
                 label = "tensorhub" if name == "node" else f"tensorhub ({name})"
                 chunk = parse_size(args.chunk)
-                results[label] = _tensorhub(fabric, n, size, name, chunk)
+                results[label] = _tensorhub(fabric, n, size, name, chunk, case)
+                if case is not None:
+                    continue  # (the simulator models the healthy case only)
                 results[label]["simulated_over_one_copy"] = [
                     predict_fanout(n, size, args.rate, chunk, preset(name), seed)
                     for seed in (1, 2, 3)
                 ]
-    one = results["p2p"]["seconds"]
     for r in results.values():
-        r["last_over_one_copy"] = r["seconds"] / one
-        if sim := r.get("simulated_over_one_copy"):
+        r["last_over_one_copy"] = r["seconds"] / one if r["seconds"] is not None else None
+        if "victim_seconds" in r:  # a slow victim against its own bound (two copies)
+            r["victim_over_its_bound"] = r["victim_seconds"] / (2 * one)
+        if (sim := r.get("simulated_over_one_copy")) and case is None:
             # #18's check of the simulator against reality: within 10 % of the measurement.
             r["simulator_error"] = statistics.median(sim) / r["last_over_one_copy"] - 1.0
+    what = {
+        "healthy": "",
+        "slow": f"; r{victim} at half rate (last = last healthy receiver)",
+        "killed": f"; r{victim} killed after {one / 2:.2f} s (last = last healthy receiver)",
+    }[args.case]
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
-        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s",
+        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}",
         [
             "system",
             "last receiver (s)",
@@ -354,20 +437,20 @@ def main() -> None:
             "duplicates",
             "CPU s/GB",
             "CPU busy",
-            "sim. median",
+            "slow one / its bound" if args.case == "slow" else "sim. median",
         ],
         [
             [
                 name,
-                r["seconds"],
-                r["last_over_one_copy"],
+                r["seconds"] if r["seconds"] is not None else "-",
+                r["last_over_one_copy"]
+                if r["last_over_one_copy"] is not None
+                else f"broken: {r['healthy_short']} short",
                 r["publisher_egress_models"],
                 f"{100 * r.get('duplicate_fraction', 0.0):.1f} %",
                 f"{r['cpu_seconds_per_gb']:.2f}",
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
-                f"{statistics.median(sim):.2f} ({100 * r['simulator_error']:+.0f} %)"
-                if (sim := r.get("simulated_over_one_copy"))
-                else "-",
+                _last_column(r),
             ]
             for name, r in results.items()
         ],
@@ -392,6 +475,8 @@ def main() -> None:
             "receivers": n,
             "model_bytes": size,
             "rate_mbit": args.rate,
+            "case": args.case,
+            "victim": victim if args.case != "healthy" else None,
             "machine": machine(),
             **results,
         },

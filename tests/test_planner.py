@@ -512,3 +512,18 @@ def test_relay_waits_on_a_slow_upstream_that_keeps_gaining_chunks() -> None:
     for _ in range(3):
         p.failed(8, "n2", Failure.MISSING)
     assert 8 in p._relay_holes
+
+
+def test_relay_survives_the_death_of_a_member_it_took_for_a_link() -> None:
+    """Regression (bench/linerate.py --case killed, relay preset): a member taken for a
+    chain link, then declared dead, left a name behind that the chain looked up after
+    the grace period: KeyError in the fetch of the node downstream of it."""
+    p = relay_planner("n3", per_source=2, member_grace=5)
+    p.set_source("origin", 1, ALL, origin=True)
+    p.set_dc_fetchers(["n3"], members=["n1", "n2", "origin"])
+    assert {r.source for r in p.next_requests()} == {"n2"}
+    p.remove_source("n2")  # gossip: dead
+    p.set_dc_fetchers(["n3"], members=["n1", "origin"])
+    for _ in range(10):  # past the grace
+        p.tick()
+    assert {r.source for r in p.next_requests()} <= {"n1", "origin"}

@@ -63,6 +63,8 @@ class Fabric:
     nodes: int
     rate_mbit: float
     mtu: int = 9000
+    rates: dict[int, float] = field(default_factory=dict)
+    """Nodes whose NIC runs at another rate than ``rate_mbit`` (a slow host), by index."""
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
     _made: list[str] = field(default_factory=list)
 
@@ -106,9 +108,10 @@ class Fabric:
         _run("ip", "link", "set", "br0", "mtu", str(self.mtu), "up", ns=br)
         # A token bucket a few MTUs deep (and at least 1 ms of the rate): enough for
         # line rate, too little to hide the limit.
-        rate = f"{self.rate_mbit}mbit"
-        burst = str(max(4 * self.mtu, int(self.rate_mbit * 1e6 / 8 / 1000)))
         for i in range(self.nodes):
+            mbit = self.rates.get(i, self.rate_mbit)
+            rate = f"{mbit}mbit"
+            burst = str(max(4 * self.mtu, int(mbit * 1e6 / 8 / 1000)))
             ns, a, b = self.ns(i), f"{PREFIX}{self.tag}a{i}", f"{PREFIX}{self.tag}b{i}"
             _run("ip", "netns", "add", ns)
             self._made.append(ns)

@@ -402,6 +402,7 @@ class ChunkPlanner:
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool."""
         src = self.sources.pop(name, None)
+        self._assumed.discard(name)  # (relay's links are sources: a dead one is neither)
         if src is not None:
             self._rack = None
             for c in self._rack_waiting:  # perhaps it was their rack owner: look again
