@@ -318,24 +318,21 @@ def _tensorhub(
         HubProcs(specs, tmp) as c,
     ):
         c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
-        before = c.uploads()
-        c.call(names, "prepare", MODEL, 1, None)
-        sampler = _Sampler(fabric)
-        sampler.start()
-        start = _cpu_now()
-        try:
-            c.call(names, "fetch", MODEL, 1, None)
+
+        def started() -> None:
             if case is not None and case.kind == "killed":
                 assert victim is not None
                 time.sleep(case.kill_after)
                 c.kill(victim)
-            live = healthy if case is not None and case.kind == "killed" else names
-            ends = dict(zip(live, c.call(live, "result", MODEL, 1, tag="done"), strict=True))
+
+        sampler = _Sampler(fabric)
+        sampler.start()
+        start = _cpu_now()
+        try:
+            ends, delta = c.fetch_each(names, MODEL, 1, None, started)
         finally:
             cpu = _cpu_use(start, size * receivers)
             samples = sampler.stop()
-        after = c.uploads()
-    delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
     t0 = min(e[0] for e in ends.values())
     received = sum(b for k, b in delta.items() if k.split(">")[1] in healthy)
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
@@ -344,7 +341,7 @@ def _tensorhub(
         "healthy_short": 0,
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
-        "failures": [ends[n][2] for n in live],
+        "failures": [e[2] for e in ends.values()],
         "phases": _phases(samples, fabric.rate_mbit),
         **cpu,
     }

@@ -75,28 +75,24 @@ class SwarmConfig:
     def of(cls, dataplane: DataPlaneConfig, **rest: Any) -> SwarmConfig:
         """The simulator running ``dataplane``'s settings (the inverse of :meth:`dataplane`),
         with ``rest`` for the simulator's own (chunks, cut_through, tick, ...)."""
-        return cls(
-            planner=dataplane.planner,
-            slots=dataplane.upload_slots,
-            max_waiting=dataplane.max_waiting,
-            near_waiting=dataplane.near_waiting,
-            uploads_per_peer=dataplane.uploads_per_peer,
-            reserve_after=dataplane.reserve_after,
-            seed_spare=dataplane.seed_spare,
-            **rest,
-        )
+        return cls(**{ours: getattr(dataplane, theirs) for ours, theirs in _SHARED.items()}, **rest)
 
     def dataplane(self) -> DataPlaneConfig:
         """These settings as the data plane's config object."""
-        return DataPlaneConfig(
-            planner=self.planner,
-            upload_slots=self.slots,
-            max_waiting=self.max_waiting,
-            near_waiting=self.near_waiting,
-            uploads_per_peer=self.uploads_per_peer,
-            reserve_after=self.reserve_after,
-            seed_spare=self.seed_spare,
-        )
+        return DataPlaneConfig(**{theirs: getattr(self, ours) for ours, theirs in _SHARED.items()})
+
+
+_SHARED = {
+    "planner": "planner",
+    "slots": "upload_slots",
+    "max_waiting": "max_waiting",
+    "near_waiting": "near_waiting",
+    "uploads_per_peer": "uploads_per_peer",
+    "reserve_after": "reserve_after",
+    "seed_spare": "seed_spare",
+}
+"""SwarmConfig's settings that are the data plane's (ours → DataPlaneConfig's name): one
+table for both directions, so a new setting cannot be mapped one way only."""
 
 
 @dataclass

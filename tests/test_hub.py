@@ -36,8 +36,10 @@ def weights(version: int, mib: int = 8) -> dict[str, torch.Tensor]:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    tmp: Path, rollouts: int = 3, transport: str = "tcp"
+    tmp: Path, rollouts: int = 3, transport: str = "tcp", dcs: int = 2, dataplane: str = "node"
 ) -> AsyncIterator[tuple[list[Hub], list[Hub]]]:
+    """3 voters in dc0/rack0, ``rollouts`` spread over ``dcs`` datacenters (a rack each),
+    every Hub running the data-plane preset ``dataplane``."""
     seeds = [f"127.0.0.1:{p}" for p in free_ports(3)]
     voters = [
         await Hub.start(
@@ -49,16 +51,18 @@ async def cluster(
             data_dir=tmp / f"v{i}",
             secret=SECRET,
             transport="tcp",  # not "auto": that picks UCX on a host with a GPU or RDMA
+            dataplane=dataplane,
         )
         for i in range(3)
     ]
     rolls = [
         await Hub.start(
             f"rollout{i}",
-            locality=f"dc{i % 2}/rack{i}/r{i}",
+            locality=f"dc{i % dcs}/rack{i}/r{i}",
             seeds=seeds,
             secret=SECRET,
             transport=transport,
+            dataplane=dataplane,
         )
         for i in range(rollouts)
     ]

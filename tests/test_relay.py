@@ -10,13 +10,10 @@ from pathlib import Path
 import torch
 
 from tensorhub.core.naming import shard_key
-from tensorhub.hub import Hub
 from tensorhub.io.tensors import empty_like_manifest
 
 from .models import same_bytes
-from .procs import free_ports
-
-SECRET = "relay-secret"
+from .test_hub import cluster
 
 
 def weights(mib: int = 8) -> dict[str, torch.Tensor]:
@@ -25,36 +22,9 @@ def weights(mib: int = 8) -> dict[str, torch.Tensor]:
 
 
 async def test_fetchers_relay_the_version_down_a_chain(tmp_path: Path) -> None:
-    seeds = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    hubs: list[Hub] = []
-    try:
-        for i, addr in enumerate(seeds):
-            hubs.append(
-                await Hub.start(
-                    f"v{i}",
-                    locality=f"dc0/rack0/v{i}",
-                    listen=addr,
-                    seeds=seeds,
-                    voter=True,
-                    data_dir=tmp_path / f"v{i}",
-                    secret=SECRET,
-                    transport="tcp",
-                    dataplane="relay",
-                )
-            )
-        rolls = [
-            await Hub.start(
-                f"r{i}",
-                locality=f"dc0/rack0/r{i}",
-                seeds=seeds,
-                secret=SECRET,
-                transport="tcp",
-                dataplane="relay",
-            )
-            for i in range(4)
-        ]
-        hubs += rolls
-        publisher = hubs[0]
+    async with cluster(tmp_path, rollouts=4, dcs=1, dataplane="relay") as (voters, rolls):
+        hubs = [*voters, *rolls]
+        publisher = voters[0]
         w = weights()
         pub = await publisher.publish("policy", 1, w, chunk_size=1 << 20)
         size = pub.manifest.total_bytes
@@ -70,12 +40,9 @@ async def test_fetchers_relay_the_version_down_a_chain(tmp_path: Path) -> None:
             )
             for h in hubs
         }
-        # Not a star: the publisher sends well under the four models a star would. (Here
-        # two voters that never fetch are links of the chain until they answer that they
-        # hold nothing, and on loopback the whole fetch takes about as long as that start,
-        # so 1.6 models were measured; on NIC-limited nodes, bench/linerate.py: 1.00-1.14.)
-        assert sent[publisher.address] <= 2.0 * size, (sent, size)
-        assert sum(sent.values()) >= len(rolls) * size  # every byte came from someone
-    finally:
-        for h in reversed(hubs):
-            await h.close()
+    # Not a star: the publisher sends well under the four models a star would. (Here
+    # two voters that never fetch are links of the chain until they answer that they
+    # hold nothing, and on loopback the whole fetch takes about as long as that start,
+    # so 1.6 models were measured; on NIC-limited nodes, bench/linerate.py: 1.00-1.14.)
+    assert sent[publisher.address] <= 2.0 * size, (sent, size)
+    assert sum(sent.values()) >= len(rolls) * size  # every byte came from someone

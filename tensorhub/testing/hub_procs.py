@@ -16,6 +16,7 @@ import multiprocessing.connection as mpc
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,14 +244,31 @@ class HubProcs:
         """Every node of ``names`` fetches (model, version) at once (from ``via`` alone, or
         the swarm): the time from the first start to the last end, the bytes each node
         uploaded to each other meanwhile ("sender>receiver"), and each fetch's failures."""
+        results, delta = self.fetch_each(names, model, version, via)
+        seconds = max(t[1] for t in results.values()) - min(t[0] for t in results.values())
+        return seconds, delta, [t[2] for t in results.values()]
+
+    def fetch_each(
+        self,
+        names: list[str],
+        model: str,
+        version: int,
+        via: str | None,
+        started: Callable[[], None] | None = None,
+    ) -> tuple[dict[str, list[Any]], dict[str, int]]:
+        """As :meth:`fetch_all`, node by node: ``started()`` is called once every fetch has
+        begun (a bench may kill one of them then); returned are (start, end, failures) of
+        each node still alive after it, by name, and the bytes uploaded meanwhile."""
         before = self.uploads()
         self.call(names, "prepare", model, version, via)
         self.call(names, "fetch", model, version, via)
-        times = self.call(names, "result", model, version, tag="done")
+        if started is not None:
+            started()
+        live = [n for n in names if n in self.alive]
+        done = self.call(live, "result", model, version, tag="done")
         after = self.uploads()
         delta = {k: b - before.get(k, 0) for k, b in after.items() if b > before.get(k, 0)}
-        seconds = max(t[1] for t in times) - min(t[0] for t in times)
-        return seconds, delta, [t[2] for t in times]
+        return dict(zip(live, done, strict=True)), delta
 
     def uploads(self) -> dict[str, int]:
         """Bytes each live node uploaded to each other, as "sender>receiver" → bytes."""
