@@ -98,3 +98,16 @@ def test_the_fanout_mirror_predicts_no_faster_than_one_copy_and_is_deterministic
     a = predict_fanout(4, 64 << 20, 1000.0, 4 << 20, NODE, seed=1)
     assert 1.0 <= a < 3.0
     assert predict_fanout(4, 64 << 20, 1000.0, 4 << 20, NODE, seed=1) == a
+
+
+def test_store_and_forward_parks_a_request_for_a_chunk_already_asked_for() -> None:
+    """As the node (Replica.incoming): a holder that has asked for a chunk parks requests
+    for it until it arrives, rather than answering "not held" while its own request
+    waits in a queue. A relay chain depends on it: each link asks for chunks its upstream
+    has only asked for. Answered "not held", the simulated chain of 4 took 1.67-1.69x one
+    copy; parked, it is near the store-and-forward bound ((16 + 3) / 16 = 1.19)."""
+    from sim.fanout import predict_fanout
+    from tensorhub.core.swarm.presets import RELAY
+
+    for seed in (1, 2):
+        assert predict_fanout(4, 64 << 20, 1000.0, 4 << 20, RELAY, seed=seed) < 1.35, seed
