@@ -36,10 +36,15 @@ def weights(version: int, mib: int = 8) -> dict[str, torch.Tensor]:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    tmp: Path, rollouts: int = 3, transport: str = "tcp", dcs: int = 2, dataplane: str = "node"
+    tmp: Path,
+    rollouts: int = 3,
+    transport: str = "tcp",
+    dcs: int = 2,
+    dataplane: str = "node",
+    rack: str | None = None,
 ) -> AsyncIterator[tuple[list[Hub], list[Hub]]]:
-    """3 voters in dc0/rack0, ``rollouts`` spread over ``dcs`` datacenters (a rack each),
-    every Hub running the data-plane preset ``dataplane``."""
+    """3 voters in dc0/rack0, ``rollouts`` spread over ``dcs`` datacenters, in a rack
+    each or all in ``rack``, every Hub running the data-plane preset ``dataplane``."""
     seeds = [f"127.0.0.1:{p}" for p in free_ports(3)]
     voters = [
         await Hub.start(
@@ -58,7 +63,7 @@ async def cluster(
     rolls = [
         await Hub.start(
             f"rollout{i}",
-            locality=f"dc{i % dcs}/rack{i}/r{i}",
+            locality=f"dc{i % dcs}/{rack or f'rack{i}'}/r{i}",
             seeds=seeds,
             secret=SECRET,
             transport=transport,

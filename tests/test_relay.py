@@ -22,7 +22,10 @@ def weights(mib: int = 8) -> dict[str, torch.Tensor]:
 
 
 async def test_fetchers_relay_the_version_down_a_chain(tmp_path: Path) -> None:
-    async with cluster(tmp_path, rollouts=4, dcs=1, dataplane="relay") as (voters, rolls):
+    async with cluster(tmp_path, rollouts=4, dcs=1, dataplane="relay", rack="rack0") as (
+        voters,
+        rolls,
+    ):
         hubs = [*voters, *rolls]
         publisher = voters[0]
         w = weights()

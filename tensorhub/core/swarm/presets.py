@@ -74,10 +74,16 @@ DEPARTURES: dict[str, str] = {
 
 
 RELAY = dataclasses.replace(
-    NODE, planner=dataclasses.replace(NODE.planner, relay=True), uploads_per_peer=1
+    NODE,
+    planner=dataclasses.replace(NODE.planner, relay=True),
+    uploads_per_peer=1,
+    seed_spare=False,
 )
 """``NODE`` with a pipelined relay as the starting plan (PlannerConfig.relay), each
-upload to one peer at a time."""
+upload to one peer at a time, and an origin that sends each chunk once: in a chain its
+upload slots are mostly idle (one peer, one upload at a time), and with ``seed_spare``
+every fetcher that fell back to the swarm got repeat copies from it (tests/test_relay.py
+measured 2.25 models sent with both cores busy)."""
 
 PRESETS: dict[str, DataPlaneConfig] = {
     "node": NODE,
