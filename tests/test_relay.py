@@ -45,8 +45,8 @@ async def test_fetchers_relay_the_version_down_a_chain(tmp_path: Path) -> None:
         }
     # Not a star: the publisher sends well under the four models a star would. (Here
     # two voters that never fetch are links of the chain until they answer that they
-    # hold nothing, and on loopback the whole fetch takes about as long as that start,
-    # so 1.6 models were measured while the
-    # origin still sent repeat copies (seed_spare); on NIC-limited nodes, bench/linerate.py: 1.00-1.14.)
+    # hold nothing, and on loopback the whole fetch takes about as long as that start:
+    # 1.6 models were measured while the origin still sent repeat copies (seed_spare);
+    # on NIC-limited nodes, bench/linerate.py: 1.00-1.17.)
     assert sent[publisher.address] <= 2.0 * size, (sent, size)
     assert sum(sent.values()) >= len(rolls) * size  # every byte came from someone
