@@ -35,9 +35,11 @@ from typing import Any, TypeVar
 
 import torch
 
+from . import reads
 from .control.gossip_driver import GossipNode
 from .control.raft_driver import RaftNode
 from .control.registry_client import DEFAULT_DEADLINE, RegistryClient
+from .core.buckets import DEFAULT_BUCKET_BYTES
 from .core.errors import (
     AuthenticationError,
     DeadlineExceeded,
@@ -56,7 +58,8 @@ from .core.swarm.presets import NODE, DataPlaneConfig, preset
 from .core.swarm.serve import NO_CONTEXT, SeedContext, seed_context
 from .dataplane.fetch import FetchResult
 from .dataplane.node import Node
-from .dataplane.swarm import NoManifest, fetch_manifest, swarm_fetch
+from .dataplane.store import Replica
+from .dataplane.swarm import NoManifest, copy_held, fetch_manifest, swarm_fetch, swarm_fill
 from .dataplane.view import NO_NEWS, Holder, SourceNews
 from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
@@ -602,6 +605,60 @@ class Hub:
         self.fetch_totals["failed_requests"] += sum(res.failures.values())
         return res
 
+    def stream(
+        self,
+        model: str,
+        version: int,
+        *,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        shard: int = 0,
+        timeout: float = 60.0,
+    ) -> AsyncGenerator[list[tuple[str, torch.Tensor]], None]:
+        """The version bucket by bucket, as lists of ``(name, tensor)`` viewing one reused
+        buffer of about ``bucket_bytes``: for engines that load through
+        ``load_weights(iterable)``, without a second copy of the model
+        (:func:`tensorhub.reads.stream`)."""
+        return reads.stream(
+            self, model, version, bucket_bytes=bucket_bytes, shard=shard, timeout=timeout
+        )
+
+    async def fetch_slices(
+        self,
+        model: str,
+        version: int,
+        into: Mapping[str, torch.Tensor],
+        slices: Mapping[str, reads.TensorSlice],
+        *,
+        shard: int = 0,
+        timeout: float = 60.0,
+    ) -> FetchResult:
+        """Fetch part of a version: ``slices[name]`` of the sliced tensors (e.g. a
+        tensor-parallel rank's, from :func:`tensorhub.reads.tensor_parallel`), the whole of
+        the other tensors named in ``into`` (:func:`tensorhub.reads.fetch_slices`)."""
+        return await reads.fetch_slices(
+            self, model, version, into, slices, shard=shard, timeout=timeout
+        )
+
+    async def _fill_partial(self, replica: Replica, timeout: float) -> FetchResult:
+        """Fill a partial read's replica: from this node's own copy if it holds the
+        version, else from the swarm, without serving it."""
+        local = self._held_complete(replica)
+        if local is not None:
+            return copy_held(local, replica)
+
+        async def attempt(holders: list[Holder], left: float) -> FetchResult:
+            return await swarm_fill(self.node, replica, holders, serve=False, timeout=left)
+
+        return await self._from_holders(replica.key, replica.version, timeout, attempt)
+
+    def _held_complete(self, replica: Replica) -> Replica | None:
+        try:
+            local = self.node.store.get(replica.key, replica.version)
+        except UnknownVersion:
+            return None
+        same = local.complete and local.manifest.root == replica.manifest.root
+        return local if same else None
+
     async def _free(self, into: Mapping[str, torch.Tensor], dp: str, version: int) -> None:
         """The mutability contract on the reading side: before a fetch writes into memory
         that serves another version, that version stops being served from it (drained).
@@ -622,6 +679,10 @@ class Hub:
         """The committed manifest of a version, from any holder (to allocate buffers once)."""
         root = await self._committed_root(model, version, shard)
         dp = shard_key(model, shard)
+        with contextlib.suppress(UnknownVersion):
+            here = self.node.store.get(dp, version).manifest
+            if here.root == root:
+                return here  # held (or being fetched) here: gossip lists only others
 
         async def attempt(holders: list[Holder], _left: float) -> Manifest:
             return await fetch_manifest(self.node, holders, dp, version, root)
@@ -775,6 +836,48 @@ class SyncHub:
         timeout: float = 60.0,
     ) -> FetchResult:
         return self._call(self.hub.fetch(model, version, into, shard=shard, timeout=timeout))
+
+    def stream(
+        self,
+        model: str,
+        version: int,
+        *,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        shard: int = 0,
+        timeout: float = 60.0,
+    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """:meth:`Hub.stream`, blocking: each bucket's tensors view a buffer the next
+        bucket reuses (copy them before the next step). Closing the iterator ends the read."""
+        agen = self.hub.stream(
+            model, version, bucket_bytes=bucket_bytes, shard=shard, timeout=timeout
+        )
+
+        async def step() -> list[tuple[str, torch.Tensor]] | None:
+            try:
+                return await anext(agen)
+            except StopAsyncIteration:
+                return None
+
+        try:
+            while (bucket := self._call(step())) is not None:
+                yield bucket
+        finally:
+            if not self._loop.is_closed():
+                self._call(agen.aclose())
+
+    def fetch_slices(
+        self,
+        model: str,
+        version: int,
+        into: Mapping[str, torch.Tensor],
+        slices: Mapping[str, reads.TensorSlice],
+        *,
+        shard: int = 0,
+        timeout: float = 60.0,
+    ) -> FetchResult:
+        return self._call(
+            self.hub.fetch_slices(model, version, into, slices, shard=shard, timeout=timeout)
+        )
 
     def retain(self, model: str, version: int, *, timeout: float | None = None) -> None:
         self._call(self.hub.retain(model, version), timeout)

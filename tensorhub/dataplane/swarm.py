@@ -49,7 +49,7 @@ from .peer import PeerHandler
 from .store import Replica
 from .view import ClusterView, Holder, SourceNews
 
-__all__ = ["Holder", "NoManifest", "fetch_manifest", "swarm_fetch"]
+__all__ = ["Holder", "NoManifest", "fetch_manifest", "copy_held", "swarm_fetch", "swarm_fill"]
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +124,59 @@ async def swarm_fetch(
     if local is not None:
         return _copy_local(local, key, version, into, expected_root, t0)
     manifest = await fetch_manifest(node, holders, key, version, expected_root)
-    t1 = time.perf_counter()
     replica = Replica(key, version, manifest, TensorBytes.for_destination(manifest, into))
-    node.store.add(replica)  # partial: serves each chunk once verified
+    return await swarm_fill(
+        node,
+        replica,
+        holders,
+        started=t0,
+        config=config,
+        stall_timeout=stall_timeout,
+        on_chunk=on_chunk,
+        seed=seed,
+        view=view,
+        request_timeout=request_timeout,
+        timeout=timeout,
+        record=record,
+    )
+
+
+async def swarm_fill(
+    node: Node,
+    replica: Replica,
+    holders: list[Holder],
+    *,
+    serve: bool = True,
+    started: float | None = None,
+    config: PlannerConfig | None = None,
+    stall_timeout: float = 10.0,
+    on_chunk: Callable[[Replica, int], None] | None = None,
+    seed: int | None = None,
+    view: ClusterView | None = None,
+    request_timeout: float = 10.0,
+    timeout: float | None = None,
+    record: list[Input] | None = None,
+) -> FetchResult:
+    """Fill every chunk ``replica`` lacks from the swarm (see :func:`swarm_fetch`).
+
+    ``serve=False`` reads without becoming a source: the replica is not put in the store
+    and no peer hears of its chunks. Partial reads (a stream's bucket, a tensor-parallel
+    rank's slice) use it: their memory is reused or holds a fraction of the version, so
+    it could not go on serving. Chunks already marked in ``replica.have`` are not fetched.
+    ``started``: when the caller began (it fetched the manifest), for the timings."""
+    key, version, manifest = replica.key, replica.version, replica.manifest
+    t0 = time.perf_counter() if started is None else started
+    t1 = time.perf_counter()
+    if serve:
+        node.store.add(replica)  # partial: serves each chunk once verified
     if on_chunk is not None:
         on_chunk(replica, -1)  # announce the (empty) replica: we are a fetcher of this version
     config = config or node.dataplane.planner
-    planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config)
+    have = [c for c, h in enumerate(replica.have) if h]
+    planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config, have)
     session = FetchSession(planner, record)
     view = view or node.view
-    driver = _Driver(node, replica, session, view)
+    driver = _Driver(node, replica, session, view, announce=serve)
     _use(session, holders)
     news: list[SourceNews] = [view.sources(key, version)]
     unwatch = view.watch_sources(key, version, news.append)
@@ -157,13 +200,15 @@ async def swarm_fetch(
     except BaseException:
         driver.perform(session.abandon_all())  # nothing may write into the caller's tensors
         await asyncio.shield(driver.settled())
-        node.store.remove(key, version)  # never leave a broken replica advertised
+        if serve:
+            node.store.remove(key, version)  # never leave a broken replica advertised
         raise
     finally:
         unwatch()
         unhave()
     t2 = time.perf_counter()
-    if t2 - t0 > slow_after(manifest.total_bytes):
+    fetched = manifest.total_bytes - sum(manifest.layout.chunk_len(c) for c in have)
+    if t2 - t0 > slow_after(fetched):
         log.warning(
             "%s: fetch of %s v%d took %.1fs, slower than %.0f MB/s (manifest %.1fs; failed "
             "requests: %s; WAN requests %d; sources %s)",
@@ -181,8 +226,8 @@ async def swarm_fetch(
         key,
         version,
         manifest,
-        manifest.total_bytes,
-        manifest.num_chunks,
+        fetched,
+        manifest.num_chunks - len(have),
         t2 - t0,
         t1 - t0,
         dict(session.trouble),
@@ -269,8 +314,9 @@ async def _fetch_loop(
                 last_progress = time.monotonic()
                 # Tell the version's swarm at once: the fetchers among our sources, and
                 # whoever asked us for it.
-                partial = [n for n, s in planner.sources.items() if n not in planner.full]
-                driver.node.announce(key, version, chunk, partial)
+                if driver.announce:
+                    partial = [n for n, s in planner.sources.items() if n not in planner.full]
+                    driver.node.announce(key, version, chunk, partial)
                 if on_chunk is not None:
                     on_chunk(replica, chunk)
 
@@ -337,14 +383,53 @@ def _copy_local(
     return FetchResult(key, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
 
 
+def copy_held(local: Replica, replica: Replica) -> FetchResult:
+    """Fill ``replica``'s missing chunks from ``local``, a complete replica of the same
+    version held here, each copy checked against the manifest (no network)."""
+    t0 = time.perf_counter()
+    m = replica.manifest
+    todo = [c for c, had in enumerate(replica.have) if not had]
+    for c in todo:
+        _copy_parts(local.data.read_parts(c), replica.data.write_parts(c))
+        if replica.data.chunk_digest(c) != m.digests[c]:
+            raise ChecksumMismatch(
+                f"chunk {c} of {display_name(replica.key)} v{replica.version} changed in "
+                "memory here"
+            )
+        replica.mark(c)
+    replica.data.finalize()
+    n = sum(m.layout.chunk_len(c) for c in todo)
+    return FetchResult(replica.key, replica.version, m, n, len(todo), time.perf_counter() - t0, 0.0)
+
+
+def _copy_parts(src: list[memoryview], dst: list[memoryview]) -> None:
+    """Copy the concatenation of ``src`` into that of ``dst`` (equal total lengths), however
+    the two are cut (a chunk's tensor segments on one side, one flat slot on the other)."""
+    i = j = si = dj = 0
+    while i < len(src) and j < len(dst):
+        k = min(len(src[i]) - si, len(dst[j]) - dj)
+        dst[j][dj : dj + k] = src[i][si : si + k]
+        si, dj = si + k, dj + k
+        if si == len(src[i]):
+            i, si = i + 1, 0
+        if dj == len(dst[j]):
+            j, dj = j + 1, 0
+
+
 class _Driver:
     """The asyncio side of one fetch: performs its :class:`FetchSession`'s actions on real
     connections and turns each finished request back into an event for it."""
 
     def __init__(
-        self, node: Node, replica: Replica, session: FetchSession, view: ClusterView
+        self,
+        node: Node,
+        replica: Replica,
+        session: FetchSession,
+        view: ClusterView,
+        announce: bool = True,
     ) -> None:
         self.node, self.replica, self.session, self.view = node, replica, session, view
+        self.announce = announce  # tell the swarm of each verified chunk (we serve it)
         self.suspects: set[str] = set()  # sources gossip suspects now
         self.running: dict[asyncio.Task[None], Request] = {}
         self._tasks: dict[Request, asyncio.Task[None]] = {}
