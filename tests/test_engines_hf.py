@@ -1,0 +1,90 @@
+"""HF transformers through tensorhub: a trainer publishes a Llama built from a config, a
+rollout in another process streams it into its own model in place, with extra memory of
+one bucket, and generates the same tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorhub.engines import hf
+
+from .test_hub import SECRET, cluster
+
+transformers = pytest.importorskip("transformers", reason="the dev extra installs transformers")
+
+CONFIG = {
+    "vocab_size": 8192,
+    "hidden_size": 512,
+    "intermediate_size": 1408,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 256,
+}
+PROMPT = [1, 17, 401, 99, 5]
+BUCKET = 10 << 20
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def trainer_model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(**CONFIG)
+    return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
+def test_tied_weights_travel_once_and_buffers_only_when_asked() -> None:
+    model = trainer_model(0)
+    sd = hf.tensors(model)
+    assert sd["lm_head.weight"].data_ptr() == sd["model.embed_tokens.weight"].data_ptr()
+    assert not any("inv_freq" in n for n in sd)  # non-persistent: derived from the config
+    assert any("inv_freq" in n for n in hf.tensors(model, buffers=True))
+
+
+@pytest.mark.timeout(300)
+async def test_a_rollout_streams_a_version_into_its_model_and_generates_the_same(
+    tmp_path: Path,
+) -> None:
+    torch.set_num_threads(1)
+    async with cluster(tmp_path, rollouts=0) as (voters, _):
+        model = trainer_model(0)
+        pub = await voters[0].publish("llama", 1, hf.tensors(model), chunk_size=1 << 20)
+        with torch.no_grad():
+            want = model.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False)
+            logits = model(torch.tensor([PROMPT])).logits.float().sum().item()
+        args = {
+            "seeds": [v.address for v in voters],
+            "secret": SECRET,
+            "config": CONFIG,
+            "model": "llama",
+            "bucket_bytes": BUCKET,
+            "prompt": PROMPT,
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.hf_rollout_proc",
+            json.dumps(args),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 240)
+        assert proc.returncode == 0, "the rollout process failed (its traceback is above)"
+        got = json.loads(out.decode().strip().splitlines()[-1])
+        size = pub.manifest.total_bytes
+        print(
+            f"model {size / 2**20:.1f} MiB, bucket {BUCKET / 2**20:.0f} MiB, "
+            f"{got['buckets']} buckets (largest {got['largest_bucket'] / 2**20:.1f} MiB), "
+            f"peak extra RSS {got['peak_extra'] / 2**20:.1f} MiB"
+        )
+        assert got["tokens"] == want[0].tolist()
+        assert got["logits"] == logits
+        assert got["buckets"] > 3
+        # One bucket's buffer, not a second model (which would add the model's size).
+        assert got["peak_extra"] <= BUCKET + (2 << 20), got["peak_extra"]
