@@ -63,6 +63,8 @@ from .dataplane.swarm import NoManifest, copy_held, fetch_manifest, swarm_fetch,
 from .dataplane.view import NO_NEWS, Holder, SourceNews
 from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
+from .transforms import Transform
+from .transforms import apply as apply_transforms
 
 T = TypeVar("T")
 ROLE_KEY = "role"
@@ -238,22 +240,30 @@ class Hub:
         shard: int = 0,
         num_shards: int = 1,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        transforms: Sequence[Transform] = (),
     ) -> Published:
         """Serve ``tensors`` and commit them as shard ``shard`` of (model, version).
 
         CPU tensors are served in place (no copy: they must not change until
         :meth:`unpublish` returns); CUDA tensors are copied to pinned host memory here,
-        so training may write them again as soon as this returns."""
+        so training may write them again as soon as this returns. ``transforms``
+        (:mod:`tensorhub.transforms`: renames, casts, fp8, fusing, rank-major layouts) run
+        here, once, and the manifest records them; a tensor a transform made is a copy."""
         dp = shard_key(model, shard)
+        published, applied = apply_transforms(tensors, transforms)
         manifest = self.node.serve(
             dp,
             version,
-            tensors,
+            published,
             chunk_size=chunk_size,
             super_seed=self.super_seed_after,
             seed_spare=self.seed_spare,
+            transforms=applied,
         )
-        borrowed = self.node.store.get(dp, version).data.borrowed
+        data = self.node.store.get(dp, version).data
+        if transforms and data.borrowed:  # only what is still the caller's memory is
+            data.borrowed = data.shares_memory(tensors.values())
+        borrowed = data.borrowed
         self.gossip.advertise(
             dp, version, b"\1" * manifest.num_chunks, origin=True, borrowed=borrowed
         )

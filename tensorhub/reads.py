@@ -41,6 +41,7 @@ from .dataplane.fetch import FetchResult
 from .dataplane.store import Replica
 from .io.chunk_buffer import ChunkBuffer
 from .io.tensors import torch_dtype
+from .transforms import logical
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -71,9 +72,10 @@ def tensor_parallel(
         spec = specs.get(name)
         if spec is None:
             raise ManifestError(f"{name!r} is not in the version")
-        if not 0 <= dim < len(spec.shape):
-            raise ManifestError(f"{name!r} of shape {spec.shape} has no dimension {dim}")
-        size = spec.shape[dim]
+        shape = manifest.logical_shape(spec)
+        if not 0 <= dim < len(shape):
+            raise ManifestError(f"{name!r} of shape {shape} has no dimension {dim}")
+        size = shape[dim]
         if size % world:
             raise ManifestError(f"{name!r}: {size} along dim {dim} does not split over {world}")
         per = size // world
@@ -81,12 +83,53 @@ def tensor_parallel(
     return out
 
 
-def sliced_shape(spec: TensorSpec, s: TensorSlice | None) -> tuple[int, ...]:
+def sliced_shape(shape: tuple[int, ...], s: TensorSlice | None) -> tuple[int, ...]:
     if s is None:
-        return spec.shape
-    shape = list(spec.shape)
-    shape[s.dim] = s.stop - s.start
-    return tuple(shape)
+        return shape
+    out = list(shape)
+    out[s.dim] = s.stop - s.start
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Read:
+    """How one destination is read: flat bytes [start, end), viewed as ``shape`` (the
+    published rows read), then put back to logical order along ``undo`` if the tensor was
+    published rank-major, then narrowed by ``narrow`` (a slice not on whole chunks' rows)."""
+
+    start: int
+    end: int
+    dtype: str
+    shape: tuple[int, ...]
+    undo: int | None = None
+    narrow: TensorSlice | None = None
+
+    def tensor(self, data: ChunkBuffer) -> torch.Tensor:
+        t = data.gather(self.start, self.end).view(torch_dtype(self.dtype)).view(self.shape)
+        if self.undo is not None:
+            t = logical(t, self.undo)
+        if self.narrow is not None:
+            t = t.narrow(self.narrow.dim, self.narrow.start, self.narrow.stop - self.narrow.start)
+        return t
+
+
+def plan_read(manifest: Manifest, spec: TensorSpec, s: TensorSlice | None) -> Read:
+    """The fewest bytes that give slice ``s`` of ``spec`` (the whole tensor if None):
+    rows of dimension 0; whole rank blocks of a rank-major tensor split on ``s.dim``;
+    else the whole tensor, narrowed here."""
+    whole = (spec.offset, spec.offset + spec.nbytes)
+    sm = manifest.shard_major(spec.name)
+    if sm is not None:
+        blk = manifest.logical_shape(spec)[sm.dim] // spec.shape[0]
+        if s is not None and s.dim == sm.dim and s.start % blk == 0 and s.stop % blk == 0:
+            rows = RowSlice(s.start // blk, s.stop // blk)
+            shape = (rows.stop - rows.start, *spec.shape[1:])
+            return Read(*slice_range(spec, rows), spec.dtype, shape, sm.dim)
+        return Read(*whole, spec.dtype, spec.shape, sm.dim, s)
+    if s is not None and s.dim == 0:
+        start, end = slice_range(spec, RowSlice(s.start, s.stop))
+        return Read(start, end, spec.dtype, sliced_shape(spec.shape, s))
+    return Read(*whole, spec.dtype, spec.shape, None, s)
 
 
 async def fill(
@@ -138,37 +181,41 @@ async def stream(
             held.add(b.first)
         res = await fill(hub, manifest, model, version, shard, data, held, timeout)
         hub.fetch_totals["partial_bytes"] += res.bytes
-        yield [(layout.tensors[i].name, data.tensor(layout.tensors[i])) for i in b.tensors]
+        specs = [layout.tensors[i] for i in b.tensors]
+        yield [(spec.name, _logical(manifest, data, spec)) for spec in specs]
         prev = data
 
 
-def _ranges(
+def _logical(manifest: Manifest, data: ChunkBuffer, spec: TensorSpec) -> torch.Tensor:
+    """A streamed tensor as its readers know it (a rank-major one put back: a copy)."""
+    t = data.tensor(spec)
+    sm = manifest.shard_major(spec.name)
+    return t if sm is None else logical(t, sm.dim)
+
+
+def _plan_reads(
     manifest: Manifest, into: Mapping[str, torch.Tensor], slices: Mapping[str, TensorSlice]
-) -> dict[str, tuple[int, int]]:
-    """Flat byte range each destination needs; checks every shape first."""
+) -> dict[str, Read]:
+    """How to read each destination; checks every name, dtype and shape first."""
     specs = {t.name: t for t in manifest.tensors}
     extra = [n for n in slices if n not in into]
     if extra:
         raise ManifestError(f"slices for tensors not in the destination: {extra[:5]}")
-    ranges: dict[str, tuple[int, int]] = {}
+    reads: dict[str, Read] = {}
     for name, dest in into.items():
         spec = specs.get(name)
         if spec is None:
             raise ManifestError(f"{name!r} is not in the version")
         s = slices.get(name)
-        want = sliced_shape(spec, s)
+        want = sliced_shape(manifest.logical_shape(spec), s)
         if dest.dtype != torch_dtype(spec.dtype) or tuple(dest.shape) != want:
             raise ManifestError(
                 f"destination {name!r} is {dest.dtype} {tuple(dest.shape)}, the read gives "
                 f"{spec.dtype} {want}"
             )
-        if spec.alias_of is not None:
-            spec = specs[spec.alias_of]
-        if s is not None and s.dim == 0:
-            ranges[name] = slice_range(spec, RowSlice(s.start, s.stop))
-        else:
-            ranges[name] = (spec.offset, spec.offset + spec.nbytes)
-    return ranges
+        target = specs[spec.alias_of] if spec.alias_of is not None else spec
+        reads[name] = plan_read(manifest, target, s)
+    return reads
 
 
 async def fetch_slices(
@@ -186,19 +233,12 @@ async def fetch_slices(
     Only the chunks holding those bytes move, each verified."""
     t0 = time.perf_counter()
     manifest = await hub.manifest(model, version, shard=shard, timeout=timeout)
-    specs = {t.name: t for t in manifest.tensors}
-    ranges = _ranges(manifest, into, slices)
+    plan = _plan_reads(manifest, into, slices)
+    ranges = {name: (r.start, r.end) for name, r in plan.items()}
     data = ChunkBuffer(manifest.layout, chunks_for(ranges, manifest.layout.chunk_size))
     res = await fill(hub, manifest, model, version, shard, data, set(), timeout)
     for name, dest in into.items():
-        spec, s = specs[name], slices.get(name)
-        start, end = ranges[name]
-        raw = data.gather(start, end).view(torch_dtype(spec.dtype))
-        if s is None or s.dim == 0:
-            src = raw.view(sliced_shape(spec, s))
-        else:
-            src = raw.view(spec.shape).narrow(s.dim, s.start, s.stop - s.start)
-        dest.copy_(src)
+        dest.copy_(plan[name].tensor(data))
     hub.fetch_totals["partial_bytes"] += res.bytes
     return FetchResult(
         res.key,

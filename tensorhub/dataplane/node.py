@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import torch
 
 from ..core.errors import ChecksumMismatch, TransferError
 from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
-from ..core.manifest import Manifest
+from ..core.manifest import Applied, Manifest
 from ..core.messages import Have, Message
 from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
@@ -272,6 +272,7 @@ class Node:
         align: int = DEFAULT_ALIGN,
         super_seed: float | None = None,
         seed_spare: bool = True,
+        transforms: Sequence[Applied] = (),
     ) -> Manifest:
         """Hold ``tensors`` as (key, version) and serve them (no copy is made of
         contiguous CPU tensors: they must not change until :meth:`withdraw` returns;
@@ -282,7 +283,7 @@ class Node:
         while our uplink has idle slots unless ``seed_spare`` is False: set that where the
         NIC also carries training traffic)."""
         data = TensorBytes.from_state_dict(tensors, chunk_size, align)
-        manifest = build_manifest(data)
+        manifest = build_manifest(data, transforms)
         replica = Replica(key, version, manifest, data)
         if super_seed is not None:
             replica.seeder = SuperSeeder(manifest.num_chunks, super_seed, seed_spare)

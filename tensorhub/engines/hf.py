@@ -54,9 +54,9 @@ def check(manifest: Manifest, dest: Mapping[str, torch.Tensor]) -> None:
     unexpected = [n for n in specs if n not in dest]
     missing = [n for n in dest if n not in specs]
     wrong = [
-        f"{n}: {tuple(dest[n].shape)} vs {s.shape}"
+        f"{n}: {tuple(dest[n].shape)} vs {manifest.logical_shape(s)}"
         for n, s in specs.items()
-        if n in dest and tuple(dest[n].shape) != s.shape
+        if n in dest and tuple(dest[n].shape) != manifest.logical_shape(s)
     ]
     if unexpected or missing or wrong:
         raise ManifestError(

@@ -12,7 +12,7 @@ chunk by chunk as a fetch verifies them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +28,7 @@ from ..core.layout import (
     TensorDesc,
     plan_layout,
 )
-from ..core.manifest import Manifest
+from ..core.manifest import Applied, Manifest
 from .device import DeviceCopies, PinnedArena, on_host, snapshot
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -260,9 +260,11 @@ class TensorBytes:
         return out
 
 
-def build_manifest(src: TensorBytes) -> Manifest:
-    """Hash every chunk of ``src`` (BLAKE3-128, over all cores) and build its manifest."""
-    return Manifest(src.layout, [src.chunk_digest(i) for i in range(src.layout.num_chunks)])
+def build_manifest(src: TensorBytes, transforms: Sequence[Applied] = ()) -> Manifest:
+    """Hash every chunk of ``src`` (BLAKE3-128, over all cores) and build its manifest
+    (recording the publish-time ``transforms`` that made its tensors)."""
+    digests = [src.chunk_digest(i) for i in range(src.layout.num_chunks)]
+    return Manifest(src.layout, digests, transforms)
 
 
 def empty_like_manifest(
