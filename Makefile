@@ -32,12 +32,12 @@ demo: $(RUN_STAMP)
 
 test: $(DEV_STAMP)
 	timeout -k 30 1200 $(BIN)/python -m pytest
-	$(BIN)/ruff check tensorhub sim tests bench
-	$(BIN)/ruff format --check tensorhub sim tests bench
+	$(BIN)/ruff check tensorhub sim tests bench examples
+	$(BIN)/ruff format --check tensorhub sim tests bench examples
 	$(BIN)/mypy
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check tensorhub sim tests bench
+	$(BIN)/ruff check tensorhub sim tests bench examples
 
 types: $(DEV_STAMP)
 	$(BIN)/mypy

@@ -355,7 +355,8 @@ class Hub:
         changed under us (the contract broken), withdraw it: serve nothing wrong."""
         dp = shard_key(model, shard)
         try:
-            await self.node.keep_copy(dp, version)
+            if self.node.store.get(dp, version).data.borrowed:  # else the copy is ours already
+                await self.node.keep_copy(dp, version)
         except BaseException:
             await self._withdraw(dp, version)
             raise

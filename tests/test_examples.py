@@ -1,0 +1,45 @@
+"""The examples run: a trainer and a rollout, as the README tells a new user to start them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .procs import free_ports
+
+pytest.importorskip("transformers", reason="the dev extra installs transformers")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["stream", "atomic"])
+def test_hf_trainer_and_rollout(mode: str) -> None:
+    (port,) = free_ports(1)
+    addr = f"127.0.0.1:{port}"
+    trainer = subprocess.Popen(
+        [sys.executable, "hf_trainer.py", "--listen", addr, "--steps", "2", "--linger", "60"],
+        cwd=EXAMPLES,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        cmd = [sys.executable, "hf_rollout.py", "--seed", addr, "--versions", "2"]
+        rollout = subprocess.run(
+            [*cmd, *(["--atomic"] if mode == "atomic" else [])],
+            cwd=EXAMPLES,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        print(rollout.stdout, rollout.stderr[-2000:])
+        assert rollout.returncode == 0
+        assert "v2 loaded" in rollout.stdout
+    finally:
+        trainer.terminate()
+        out, _ = trainer.communicate(timeout=30)
+        print(out)
+    assert "published v2" in out
