@@ -194,6 +194,17 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-wan", action="store_true", help="do not shape the WAN")
     p.add_argument("--no-http", action="store_true", help="no /status, /metrics, dashboard")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.add_argument(
+        "--backend",
+        choices=("process", "ray"),
+        default="process",
+        help="run the nodes as local processes (default) or as Ray actors (pip install ray)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="the Ray cluster to join (e.g. auto, or ray://head:10001); default: start one here",
+    )
     p.add_argument("--secret-file", default=None, help=SECRET_HELP)
 
 
@@ -224,7 +235,13 @@ def run_launch(args: argparse.Namespace) -> int:
         print(f"tensorhub: {e}", file=sys.stderr)
         return 2
     try:
-        res = launch(t, json_path=args.json, progress=not args.no_progress)
+        res = launch(
+            t,
+            json_path=args.json,
+            progress=not args.no_progress,
+            backend=args.backend,
+            ray_address=args.ray_address,
+        )
     except LaunchFailed as e:
         print(f"tensorhub: the run failed: {e}", file=sys.stderr)
         return 1

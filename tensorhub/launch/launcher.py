@@ -11,7 +11,6 @@ running on wrong weights would show up as a failure, never pass silently.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import queue
 import random
@@ -27,7 +26,8 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
 from ..io.files import write_json
-from ..io.tcp import local_addresses
+from .backends import Backend, NodeHandle
+from .backends import backend as make_backend
 from .timeline import png_path, write_timeline
 from .topology import Topology
 from .workers import Plan, rollout_main, trainer_main
@@ -43,14 +43,14 @@ class LaunchFailed(RuntimeError):
 
 
 class _Run:
-    def __init__(self, t: Topology, console: Console, progress: bool) -> None:
+    def __init__(self, t: Topology, console: Console, progress: bool, backend: Backend) -> None:
         self.t = t
         self.console = console
         self.show = progress
-        self.ctx = mp.get_context("spawn")
-        self.out = self.ctx.Queue()
-        self.stop = self.ctx.Event()
-        self.procs: dict[str, Any] = {}
+        self.backend = backend
+        self.out = backend.out
+        self.stop = backend.stop
+        self.procs: dict[str, NodeHandle] = {}
         self.urls: dict[str, str | None] = {}
         self._page_at: str | None = None  # whose cluster page was announced last
         self.names: dict[str, str] = {}  # data-plane address → node name
@@ -71,18 +71,13 @@ class _Run:
 
     def start(self, data_dir: str) -> None:
         t = self.t
-        voters = local_addresses([v.name for v in t.voters])
-        seeds = list(voters.values())
+        listen = self.backend.listen_addresses(t.nodes)
+        seeds = [listen[v.name] for v in t.voters]
         secret = os.environ.get("TENSORHUB_SECRET") or os.urandom(16).hex()
         for n in t.nodes:
-            listen = voters.get(n.name, "127.0.0.1:0")
-            plan = Plan(t, n, listen, seeds, data_dir, secret)
+            plan = Plan(t, n, listen[n.name], seeds, data_dir, secret)
             target = trainer_main if n.role == "trainer" else rollout_main
-            p = self.ctx.Process(
-                target=target, args=(plan, self.out, self.stop), daemon=True, name=n.name
-            )
-            p.start()
-            self.procs[n.name] = p
+            self.procs[n.name] = self.backend.start(n, target, plan)
 
     def kill(self, name: str, why: str) -> None:
         p = self.procs[name]
@@ -405,8 +400,12 @@ def launch(
     json_path: str | Path | None = None,
     progress: bool = True,
     console: Console | None = None,
+    backend: str = "process",
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """Run ``topology`` to the end; returns the results (also written to ``json_path``)."""
+    """Run ``topology`` to the end; returns the results (also written to ``json_path``).
+    ``backend``: "process" (local processes) or "ray" (actors on the Ray cluster at
+    ``ray_address``; None starts a local one)."""
     console = console or Console()
     t = topology
     console.print(
@@ -423,14 +422,17 @@ def launch(
             else "; WAN not shaped"
         )
     )
-    run = _Run(t, console, progress)
+    nodes = make_backend(backend, ray_address)
+    run = _Run(t, console, progress, nodes)
     with tempfile.TemporaryDirectory(prefix="tensorhub-launch-") as data:
-        console.print(f"Starting {len(t.nodes)} processes (each imports torch: ~10-30 s)…")
-        run.start(data)
+        where = "Ray actors" if backend == "ray" else "processes"
+        console.print(f"Starting {len(t.nodes)} {where} (each imports torch: ~10-30 s)…")
         try:
+            run.start(data)
             run.loop()
         finally:
             run.shutdown()
+            nodes.close()
     res = run.results()
     if t.http:
         urls = [u for u in res["dashboards"].values() if u]
