@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tensorhub.engines import hf
+from tensorhub.io.loop import run
 
 from .test_hub import SECRET, cluster
 
@@ -48,7 +49,12 @@ def test_tied_weights_travel_once_and_buffers_only_when_asked() -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_a_rollout_streams_a_version_into_its_model_and_generates_the_same(
+def test_a_rollout_streams_a_version_into_its_model_and_generates_the_same(tmp_path: Path) -> None:
+    """Once, on the default loop (it is a multi-process test: the loop is not what it tests)."""
+    run(_stream_into_a_rollout(tmp_path))
+
+
+async def _stream_into_a_rollout(
     tmp_path: Path,
 ) -> None:
     torch.set_num_threads(1)

@@ -12,6 +12,7 @@ import pytest
 
 from tensorhub import Hub, TensorHubError
 from tensorhub.engines import StagedWeights
+from tensorhub.io.loop import run
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 from tensorhub.testing.hub_procs import SECRET, HubProcs, Spec
 from tensorhub.testing.weights import llm_like_state_dict
@@ -28,7 +29,12 @@ def specs() -> list[Spec]:
 
 
 @pytest.mark.timeout(300)
-async def test_a_killed_update_leaves_the_old_version_live(tmp_path: Path) -> None:
+def test_a_killed_update_leaves_the_old_version_live(tmp_path: Path) -> None:
+    """Once, on the default loop (it is a multi-process test: the loop is not what it tests)."""
+    run(_killed_update(tmp_path))
+
+
+async def _killed_update(tmp_path: Path) -> None:
     with HubProcs(specs(), str(tmp_path)) as c:
         seeds = [c.addr[f"voter{i}"] for i in range(3)]
         engine = await Hub.start("engine", locality="dc0/rack2/e", seeds=seeds, secret=SECRET)
