@@ -43,3 +43,19 @@ def test_hf_trainer_and_rollout(mode: str) -> None:
         out, _ = trainer.communicate(timeout=30)
         print(out)
     assert "published v2" in out
+
+
+@pytest.mark.timeout(300)
+def test_ray_example() -> None:
+    pytest.importorskip("ray", reason="the dev extra installs ray")
+    proc = subprocess.run(
+        [sys.executable, "ray_rl.py", "--rollouts", "2", "--steps", "2"],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    print(proc.stdout, proc.stderr[-3000:])
+    assert proc.returncode == 0
+    assert proc.stdout.count(": ok,") == 4 and "WRONG" not in proc.stdout

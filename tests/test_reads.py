@@ -134,3 +134,26 @@ async def test_a_slice_of_the_wrong_shape_is_refused_before_a_byte_moves(tmp_pat
             )
         assert rolls[0].fetch_totals["partial_bytes"] == 0
         assert pub.committed
+
+
+async def test_an_origin_neither_holds_back_nor_points_others_to_a_partial_reader(
+    tmp_path: Path,
+) -> None:
+    """A partial reader serves nothing onward: the publisher must not count it among a
+    chunk's recipients (others would be sent to a node that cannot answer), nor hold a
+    remote one back for our datacenter to carry the chunk across the WAN first (each of
+    its chunks waited ``reserve_after``: 40 redirects, 1.0 s for 128 KiB)."""
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        sd = model(9)
+        pub = await voters[0].publish("m", 9, sd, chunk_size=CHUNK)
+        remote = rolls[1]  # dc1; the publisher is in dc0
+        slices = tensor_parallel(pub.manifest, 1, 2, {"embed": 0})
+        into = {"embed": torch.empty(256, 256, dtype=torch.bfloat16)}
+        res = await remote.fetch_slices("m", 9, into, slices)
+        assert res.failures == {}
+        async for _ in rolls[0].stream("m", 9, bucket_bytes=2 * CHUNK):
+            pass
+        seeder = next(r.seeder for r in voters[0].node.store if r.version == 9)
+        assert seeder is not None
+        got = {p for peers in seeder.recipients.values() for p in peers}
+        assert not got & {remote.address, rolls[0].address}

@@ -116,6 +116,10 @@ class GetChunk(Message, frozen=True, tag="get_chunk"):
     key: ShardKey = msgspec.field(name="model")
     version: int
     chunk: int
+    onward: bool = True
+    """The asker will serve the chunk onward. False for a partial read (a stream's bucket,
+    a rank's slice): an origin then does not count it among the chunk's recipients, whom
+    it sends later askers to."""
 
 
 @register

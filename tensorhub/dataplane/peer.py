@@ -267,7 +267,9 @@ class PeerHandler:
                 msg.chunk,
                 peer,
                 now,
-                remote=ctx.remote,
+                # A partial reader carries nothing onward: waiting for our datacenter's
+                # fetchers to take the chunk across the WAN first would only delay it.
+                remote=ctx.remote and msg.onward,
                 local_busy=ctx.local_busy,
                 alive=ctx.can_pass_on,
                 spare=self._grants.policy.has_spare(),
@@ -288,7 +290,7 @@ class PeerHandler:
         elif d.verdict is Verdict.REDIRECT:
             self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))
         else:
-            if seeder is not None:
+            if seeder is not None and msg.onward:
                 seeder.sent(msg.chunk, peer, now)
             replica.begin_read()
             grant = self._grants.request(peer)
@@ -415,7 +417,8 @@ class PeerHandler:
             shaper = self._shaper()
             if shaper is not None:  # WAN emulation: the request leaves one RTT late
                 await shaper.request(self.conn.peer or "?")
-            await self.conn.send(GetChunk(rid, replica.key, replica.version, chunk))
+            msg = GetChunk(rid, replica.key, replica.version, chunk, replica.onward)
+            await self.conn.send(msg)
             await req.fut
         except asyncio.CancelledError:
             self.abandon(rid)

@@ -29,6 +29,7 @@ class Replica:
     withdrawn: bool = False
     seeder: SuperSeeder | None = None  # set on an origin's replica: it super-seeds
     incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
+    onward: bool = True  # serves what it receives (False: a partial read, see swarm_fill)
     _parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 

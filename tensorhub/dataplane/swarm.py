@@ -167,6 +167,7 @@ async def swarm_fill(
     key, version, manifest = replica.key, replica.version, replica.manifest
     t0 = time.perf_counter() if started is None else started
     t1 = time.perf_counter()
+    replica.onward = serve  # holders hear it: an origin does not redirect others to us
     if serve:
         node.store.add(replica)  # partial: serves each chunk once verified
     if on_chunk is not None:
