@@ -59,7 +59,10 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
-    ray.init(address=args.address, include_dashboard=False)
+    # A local cluster is one machine: say it is datacenter dc1 (a Ray node offering the
+    # resource tensorhub-dc-<dc> puts its tensorhub nodes in <dc>).
+    local = {"tensorhub-dc-dc1": 100} if args.address is None else None
+    ray.init(address=args.address, include_dashboard=False, resources=local)
     try:
         seeds, _voters = start_voters(secret=SECRET)
         trainer = Trainer.remote(seeds)

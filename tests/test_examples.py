@@ -47,6 +47,8 @@ def test_hf_trainer_and_rollout(mode: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_ray_example() -> None:
+    """Voters, a trainer and rollouts as Ray actors (engines/ray_actors.py), as
+    examples/ray_rl.py runs them on a local Ray cluster."""
     pytest.importorskip("ray", reason="the dev extra installs ray")
     proc = subprocess.run(
         [sys.executable, "ray_rl.py", "--rollouts", "2", "--steps", "2"],
@@ -59,3 +61,4 @@ def test_ray_example() -> None:
     print(proc.stdout, proc.stderr[-3000:])
     assert proc.returncode == 0
     assert proc.stdout.count(": ok,") == 4 and "WRONG" not in proc.stdout
+    assert proc.stdout.count(" at dc1/node-") == 4  # the datacenter from the node's resource
