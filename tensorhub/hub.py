@@ -29,7 +29,7 @@ from collections.abc import (
     Sequence,
 )
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -657,8 +657,14 @@ class Hub:
         if local is not None:
             return copy_held(local, replica)
 
+        # No endgame duplicates: each lands in chunk-sized scratch memory, and a partial
+        # read promises memory bounded by its buffer.
+        config = replace(self.node.dataplane.planner, endgame_copies=0)
+
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
-            return await swarm_fill(self.node, replica, holders, serve=False, timeout=left)
+            return await swarm_fill(
+                self.node, replica, holders, serve=False, timeout=left, config=config
+            )
 
         return await self._from_holders(replica.key, replica.version, timeout, attempt)
 

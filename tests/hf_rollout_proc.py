@@ -52,31 +52,33 @@ def main() -> None:
     torch.manual_seed(12345)  # not the trainer's weights
     model = LlamaForCausalLM(LlamaConfig(**args["config"])).to(torch.bfloat16).eval()
     prompt = torch.tensor([args["prompt"]])
+    loads = []
     with SyncHub(
         name="hf-rollout", locality="dc0/rack9/r", seeds=args["seeds"], secret=args["secret"]
     ) as hub:
-        version = hub.latest(args["model"])
-        hub.manifest(args["model"], version)  # connections and the manifest: not the stream's
-        before = rss()
-        peak = PeakRss()
-        report = hf.load_sync(hub, args["model"], version, model, bucket_bytes=args["bucket_bytes"])
-        extra = peak.stop() - before
-    with torch.no_grad():
-        out = model.generate(prompt, max_new_tokens=24, do_sample=False)
-        logits = model(prompt).logits
-    print(
-        json.dumps(
-            {
-                "version": version,
-                "peak_extra": extra,
-                "buckets": report.buckets,
-                "largest_bucket": report.largest_bucket,
-                "bytes": report.bytes,
-                "tokens": out[0].tolist(),
-                "logits": logits.float().sum().item(),
-            }
-        )
-    )
+        for version in args["versions"]:
+            hub.manifest(args["model"], version)  # connections and the manifest: not the stream
+            before = rss()
+            peak = PeakRss()
+            report = hf.load_sync(
+                hub, args["model"], version, model, bucket_bytes=args["bucket_bytes"]
+            )
+            extra = peak.stop() - before
+            with torch.no_grad():
+                out = model.generate(prompt, max_new_tokens=24, do_sample=False)
+                logits = model(prompt).logits
+            loads.append(
+                {
+                    "version": version,
+                    "peak_extra": extra,
+                    "buckets": report.buckets,
+                    "largest_bucket": report.largest_bucket,
+                    "bytes": report.bytes,
+                    "tokens": out[0].tolist(),
+                    "logits": logits.float().sum().item(),
+                }
+            )
+    print(json.dumps(loads))
 
 
 if __name__ == "__main__":
