@@ -82,9 +82,11 @@ class TensorHubCheckpointEngine:
 
     async def send_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Publish the next version from ``weights`` (on the master rank; others drain)."""
-        tensors = {n: t.detach().to("cpu", copy=True) for n, t in weights}
         if not (self.is_master and self.rank == 0):
+            for _ in weights:  # every trainer rank runs the generator (FSDP gathers in it)
+                pass
             return
+        tensors = {n: t.detach().to("cpu", copy=True) for n, t in weights}
         hub = self._started()
         version = max(self.version, await asyncio.to_thread(hub.latest, self.model)) + 1
         await asyncio.to_thread(hub.publish, self.model, version, tensors)
