@@ -110,3 +110,17 @@ async def _stream_into_a_rollout(tmp_path: Path) -> None:
         # process's first fetch: executor threads, code paths run once.)
         assert loads[1]["peak_extra"] <= BUCKET + (64 << 10), loads[1]["peak_extra"]
         assert loads[0]["peak_extra"] <= BUCKET + (2 << 20), loads[0]["peak_extra"]
+
+
+def test_a_version_that_does_not_fit_the_model_is_refused_before_a_byte_moves() -> None:
+    from tensorhub.core.errors import ManifestError
+    from tensorhub.io.tensors import TensorBytes, build_manifest
+
+    def llama(**change: int) -> torch.nn.Module:
+        small = {**CONFIG, "num_hidden_layers": 1, "vocab_size": 1024, **change}
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**small))
+
+    manifest = build_manifest(TensorBytes.from_state_dict(hf.tensors(llama())))
+    hf.check(manifest, hf.tensors(llama()))  # the same config fits
+    with pytest.raises(ManifestError, match="shapes"):
+        hf.check(manifest, hf.tensors(llama(intermediate_size=1024)))
