@@ -8,8 +8,10 @@ xxh3, used before, does not. One BLAKE3 pass replaces xxh3 plus a Poly1305 pass 
 byte on both ends, and it releases the GIL, so the fetch path verifies chunks on worker
 threads while the next ones arrive (measured in docs/results.md, "authenticated frames").
 
-``threads=True`` spreads one large input over cores (publishing a whole model); the fetch
-path hashes many chunks at once instead, one per thread, and leaves it off.
+``threads=True`` spreads one large input over cores (BLAKE3's Rayon pool). Chunks are
+hashed one per thread instead, many at once (publishing: ``io.tensors.build_manifest``;
+fetching: a chunk per executor thread), which also keeps Rayon's pool out of processes
+where it was seen to block (a Ray actor under CPU contention).
 """
 
 from __future__ import annotations

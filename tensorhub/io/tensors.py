@@ -12,7 +12,9 @@ chunk by chunk as a fetch verifies them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -139,8 +141,9 @@ class TensorBytes:
         return out
 
     def chunk_digest(self, i: int) -> bytes:
-        """Chunk ``i``'s digest, hashed over every core (publishing hashes a whole model)."""
-        return digest_parts(self.read_parts(i), threads=True)
+        """Chunk ``i``'s digest (one thread; :func:`build_manifest` hashes chunks side by
+        side)."""
+        return digest_parts(self.read_parts(i))
 
     def landed(self, i: int) -> None:
         """Chunk ``i`` is verified: queue its copy into device destinations (if any)."""
@@ -263,7 +266,16 @@ class TensorBytes:
 def build_manifest(src: TensorBytes, transforms: Sequence[Applied] = ()) -> Manifest:
     """Hash every chunk of ``src`` (BLAKE3-128, over all cores) and build its manifest
     (recording the publish-time ``transforms`` that made its tensors)."""
-    digests = [src.chunk_digest(i) for i in range(src.layout.num_chunks)]
+    n = src.layout.num_chunks
+    workers = min(n, os.cpu_count() or 1)
+    if workers <= 1:
+        digests = [src.chunk_digest(i) for i in range(n)]
+    else:
+        # Chunks side by side on our own threads (BLAKE3 releases the GIL), not one chunk
+        # at a time over BLAKE3's Rayon pool: a trainer in a Ray actor under CPU
+        # contention was seen (py-spy) waiting for minutes inside the Rayon-threaded hash.
+        with ThreadPoolExecutor(workers, thread_name_prefix="tensorhub-hash") as pool:
+            digests = list(pool.map(src.chunk_digest, range(n)))
     return Manifest(src.layout, digests, transforms)
 
 
