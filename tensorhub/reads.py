@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,7 +30,6 @@ from .core.buckets import (
     bucket_capacity,
     chunks_for,
     plan_buckets,
-    shard_rows,
     slice_range,
 )
 from .core.errors import ManifestError
@@ -182,15 +181,9 @@ async def stream(
         res = await fill(hub, manifest, model, version, shard, data, held, timeout)
         hub.fetch_totals["partial_bytes"] += res.bytes
         specs = [layout.tensors[i] for i in b.tensors]
-        yield [(spec.name, _logical(manifest, data, spec)) for spec in specs]
+        # As readers know each tensor: a rank-major one put back (a copy), others viewed.
+        yield [(spec.name, plan_read(manifest, spec, None).tensor(data)) for spec in specs]
         prev = data
-
-
-def _logical(manifest: Manifest, data: ChunkBuffer, spec: TensorSpec) -> torch.Tensor:
-    """A streamed tensor as its readers know it (a rank-major one put back: a copy)."""
-    t = data.tensor(spec)
-    sm = manifest.shard_major(spec.name)
-    return t if sm is None else logical(t, sm.dim)
 
 
 def _plan_reads(
@@ -240,18 +233,7 @@ async def fetch_slices(
     for name, dest in into.items():
         dest.copy_(plan[name].tensor(data))
     hub.fetch_totals["partial_bytes"] += res.bytes
-    return FetchResult(
-        res.key,
-        version,
-        manifest,
-        res.bytes,
-        res.chunks,
-        time.perf_counter() - t0,
-        res.manifest_seconds,
-        res.failures,
-        res.sources,
-        res.chunk_seconds,
-    )
+    return replace(res, seconds=time.perf_counter() - t0)
 
 
 __all__ = [
@@ -259,7 +241,6 @@ __all__ = [
     "Bucket",
     "TensorSlice",
     "fetch_slices",
-    "shard_rows",
     "sliced_shape",
     "stream",
     "tensor_parallel",

@@ -87,20 +87,6 @@ class RowSlice:
     stop: int
 
 
-def shard_rows(spec: TensorSpec, rank: int, world: int) -> RowSlice:
-    """Rank ``rank`` of ``world``'s even share of ``spec``'s first dimension (as vLLM's
-    and Megatron's column-parallel layers split it: dimension 0 divisible by ``world``)."""
-    if not 0 <= rank < world:
-        raise ValueError(f"rank {rank} outside [0, {world})")
-    if not spec.shape:
-        raise ManifestError(f"{spec.name!r} is a scalar: it cannot be sharded")
-    rows = spec.shape[0]
-    if rows % world:
-        raise ManifestError(f"{spec.name!r}: {rows} rows do not split evenly over {world} ranks")
-    per = rows // world
-    return RowSlice(rank * per, (rank + 1) * per)
-
-
 def row_bytes(spec: TensorSpec) -> int:
     """Bytes of one row (one index of the first dimension)."""
     return spec.nbytes // spec.shape[0] if spec.shape and spec.shape[0] else 0

@@ -373,26 +373,18 @@ def _copy_local(
         raise TransferError(
             f"a fetch of {display_name(key)} v{version} is already in progress here"
         )
-    dest = TensorBytes.for_destination(m, into)
-    for i in range(m.num_chunks):
-        if not copy_chunk(replica.data, dest, m, i):
-            raise ChecksumMismatch(
-                f"chunk {i} of {display_name(key)} v{version} changed in memory here"
-            )
-    dest.finalize()
-    dt = time.perf_counter() - t0
-    return FetchResult(key, version, m, m.total_bytes, m.num_chunks, dt, 0.0)
+    dest = Replica(key, version, m, TensorBytes.for_destination(m, into))
+    return copy_held(replica, dest, started=t0)
 
 
-def copy_held(local: Replica, replica: Replica) -> FetchResult:
+def copy_held(local: Replica, replica: Replica, started: float | None = None) -> FetchResult:
     """Fill ``replica``'s missing chunks from ``local``, a complete replica of the same
     version held here, each copy checked against the manifest (no network)."""
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started is None else started
     m = replica.manifest
     todo = [c for c, had in enumerate(replica.have) if not had]
     for c in todo:
-        _copy_parts(local.data.read_parts(c), replica.data.write_parts(c))
-        if replica.data.chunk_digest(c) != m.digests[c]:
+        if not copy_chunk(local.data, replica.data, m, c):
             raise ChecksumMismatch(
                 f"chunk {c} of {display_name(replica.key)} v{replica.version} changed in "
                 "memory here"
@@ -401,20 +393,6 @@ def copy_held(local: Replica, replica: Replica) -> FetchResult:
     replica.data.finalize()
     n = sum(m.layout.chunk_len(c) for c in todo)
     return FetchResult(replica.key, replica.version, m, n, len(todo), time.perf_counter() - t0, 0.0)
-
-
-def _copy_parts(src: list[memoryview], dst: list[memoryview]) -> None:
-    """Copy the concatenation of ``src`` into that of ``dst`` (equal total lengths), however
-    the two are cut (a chunk's tensor segments on one side, one flat slot on the other)."""
-    i = j = si = dj = 0
-    while i < len(src) and j < len(dst):
-        k = min(len(src[i]) - si, len(dst[j]) - dj)
-        dst[j][dj : dj + k] = src[i][si : si + k]
-        si, dj = si + k, dj + k
-        if si == len(src[i]):
-            i, si = i + 1, 0
-        if dj == len(dst[j]):
-            j, dj = j + 1, 0
 
 
 class _Driver:

@@ -5,7 +5,7 @@ A partial read has no such tensors: a stream hands out one bucket at a time from
 it reuses, a tensor-parallel rank keeps only its rows. :class:`ChunkBuffer` gives the
 swarm the same chunk interface over ``len(chunks)`` chunk-sized slots of one uint8
 tensor (padding included: the digest covers it), and reads tensors and byte ranges of the
-flat layout back out of it.
+flat layout back out of it (as typed tensors: :class:`tensorhub.reads.Read`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..core.errors import ManifestError
-from ..core.layout import Layout, TensorSpec
-from .tensors import TensorBytes, byte_view, torch_dtype
+from ..core.layout import Layout
+from .tensors import TensorBytes, byte_view
 
 
 class ChunkBuffer(TensorBytes):
@@ -82,16 +81,6 @@ class ChunkBuffer(TensorBytes):
             out[pos - start : pos - start + n] = self.buffer[src : src + n]
             pos += n
         return out
-
-    def tensor(self, spec: TensorSpec) -> torch.Tensor:
-        """``spec`` as a typed tensor over this buffer's bytes (a view where it can be)."""
-        dt = torch_dtype(spec.dtype)
-        raw = self.gather(spec.offset, spec.offset + spec.nbytes)
-        if raw.numel() == 0:
-            return torch.empty(spec.shape, dtype=dt)
-        if raw.data_ptr() % dt.itemsize:
-            raise ManifestError(f"{spec.name!r} is not aligned for {dt} in the buffer")
-        return raw.view(dt).view(spec.shape)
 
     def move(self, chunk: int, to: int) -> None:
         """Copy ``chunk``'s bytes from its slot to slot ``to`` (a stream carrying a shared

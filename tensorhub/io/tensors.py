@@ -296,12 +296,25 @@ def empty_like_manifest(
 
 
 def copy_chunk(src: TensorBytes, dst: TensorBytes, manifest: Manifest, i: int) -> bool:
-    """Copy chunk ``i`` between two buffers laid out by ``manifest``, part by part (the
-    parts match: both come from the layout's segments), and check the copy against the
-    manifest. False: the source did not hold the chunk it should (it changed)."""
-    for s, d in zip(src.read_parts(i), dst.write_parts(i), strict=True):
-        d[:] = s
+    """Copy chunk ``i`` between two buffers laid out by ``manifest``, however each cuts it
+    into parts (a chunk's tensor segments, or one flat slot of a partial read's buffer),
+    and check the copy against the manifest. False: the source did not hold the chunk it
+    should (it changed)."""
+    _copy_parts(src.read_parts(i), dst.write_parts(i))
     return digest_parts(dst.read_parts(i)) == manifest.digests[i]
+
+
+def _copy_parts(src: list[memoryview], dst: list[memoryview]) -> None:
+    """Copy the concatenation of ``src`` into that of ``dst`` (equal total lengths)."""
+    i = j = si = dj = 0
+    while i < len(src) and j < len(dst):
+        k = min(len(src[i]) - si, len(dst[j]) - dj)
+        dst[j][dj : dj + k] = src[i][si : si + k]
+        si, dj = si + k, dj + k
+        if si == len(src[i]):
+            i, si = i + 1, 0
+        if dj == len(dst[j]):
+            j, dj = j + 1, 0
 
 
 def tensor_digests(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
