@@ -157,3 +157,19 @@ async def test_an_origin_neither_holds_back_nor_points_others_to_a_partial_reade
         assert seeder is not None
         got = {p for peers in seeder.recipients.values() for p in peers}
         assert not got & {remote.address, rolls[0].address}
+
+
+async def test_a_stream_gives_a_rank_major_tensor_back_in_its_logical_layout(
+    tmp_path: Path,
+) -> None:
+    from tensorhub.transforms import ShardMajor
+
+    async with cluster(tmp_path, rollouts=1) as (voters, rolls):
+        sd = model(4)
+        pub = await voters[0].publish(
+            "m", 4, sd, chunk_size=CHUNK, transforms=[ShardMajor("o_proj", dim=1, world=4)]
+        )
+        spec = next(t for t in pub.manifest.tensors if t.name == "o_proj")
+        assert spec.shape == (4, 128, 64)  # published rank-major
+        got = {n: t.clone() async for b in rolls[0].stream("m", 4) for n, t in b}
+        assert torch.equal(got["o_proj"], sd["o_proj"])  # read back as the trainer had it
