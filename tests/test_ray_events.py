@@ -1,0 +1,58 @@
+"""The Ray backend's event channel loses nothing and keeps each sender's order.
+
+Nodes put without waiting (a blocking put stalled their event loops under CPU contention),
+and the reader polls with timeouts far shorter than a round trip, so a ``take`` is often
+still outstanding when ``get`` gives up: every event must still arrive, once, in each
+sender's order.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the dev extra installs ray")
+
+from tensorhub.launch.ray_backend import RayEvents  # noqa: E402
+
+EVENTS = 1500
+
+
+@ray.remote(num_cpus=0)
+class _Sender:
+    def send(self, out: Any, who: str, n: int) -> None:
+        for i in range(n):
+            out.put({"who": who, "i": i})  # returns at once: no round trip per event
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.timeout(300)
+def test_every_event_arrives_in_each_senders_order(local_ray: None) -> None:
+    out = RayEvents()
+    senders = [_Sender.remote() for _ in range(2)]  # type: ignore[attr-defined]
+    done = [s.send.remote(out, f"s{k}", EVENTS) for k, s in enumerate(senders)]
+    got: dict[str, list[int]] = {"s0": [], "s1": []}
+    empties = 0
+    deadline = time.monotonic() + 240
+    while sum(map(len, got.values())) < 2 * EVENTS and time.monotonic() < deadline:
+        try:
+            ev = out.get(timeout=0.001)
+        except queue.Empty:
+            empties += 1
+            continue
+        got[ev["who"]].append(ev["i"])
+    ray.get(done)
+    print(f"timeouts while reading: {empties}")
+    assert got == {"s0": list(range(EVENTS)), "s1": list(range(EVENTS))}
+    with pytest.raises(queue.Empty):
+        out.get(timeout=0.2)  # nothing extra, nothing repeated
