@@ -44,9 +44,11 @@ ROW_PARALLEL = r"(o_proj|down_proj)\.weight$"
 
 def llama_transforms(world: int) -> list[Transform]:
     """Publish an HF Llama/Qwen/Mistral state_dict in vLLM's tensor-parallel layout for
-    ``world`` ranks (or any world dividing it): q/k/v and gate/up fused rank by rank, as
-    ``QKVParallelLinear`` and ``MergedColumnParallelLinear`` hold them, and the
-    row-parallel weights rank-major, so every rank's share is contiguous."""
+    ``world`` ranks: q/k/v and gate/up fused rank by rank, as ``QKVParallelLinear`` and
+    ``MergedColumnParallelLinear`` hold them, and the row-parallel weights rank-major, so
+    every rank's share is contiguous. Only a reader with TP size ``world`` can use it: for
+    half as many ranks the fused blocks would regroup as [q0 k0 v0 q1 k1 v1], not vLLM's
+    [q0 q1 k0 k1 v0 v1]."""
     return [
         Fuse(("q_proj", "k_proj", "v_proj"), "qkv_proj", world=world),
         Fuse(("gate_proj", "up_proj"), "gate_up_proj", world=world),
@@ -104,18 +106,39 @@ class TensorHubWorker:
         self.tensorhub_loaded = (model, version)
         return version
 
-    def tensorhub_load_shard(self, model: str, version: int, world: int) -> int:
+    def tensorhub_load_shard(self, model: str, version: int, world: int | None = None) -> int:
         """Fetch this rank's share of ``version`` (published with
-        :func:`llama_transforms`) straight into its parameters; returns bytes moved."""
+        :func:`llama_transforms` for ``world`` ranks; vLLM's tensor-parallel size if not
+        given) straight into its parameters; returns bytes moved."""
         hub = self._hub()
         params = dict(self.model_runner.model.named_parameters())
         manifest = hub.manifest(model, version)
         into = {n: p.data for n, p in params.items() if n in {t.name for t in manifest.tensors}}
-        slices = tp_slices(manifest, self.rank % world, world, into)
+        rank, world = self._tp_rank(world)
+        slices = tp_slices(manifest, rank, world, into)
         with torch.no_grad():
             res = hub.fetch_slices(model, version, into, slices)
         self.tensorhub_loaded = (model, version)
         return res.bytes
+
+    def _tp_rank(self, world: int | None) -> tuple[int, int]:
+        """This worker's tensor-parallel rank and size. ``self.rank`` is the global rank,
+        which with pipeline parallelism is not the TP rank: vLLM's parallel state says
+        which it is; outside vLLM (tests) the global rank modulo ``world`` stands in."""
+        try:
+            from vllm.distributed import (  # type: ignore[import-not-found]
+                get_tensor_model_parallel_rank,
+                get_tensor_model_parallel_world_size,
+            )
+
+            rank, size = get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+        except (ImportError, AssertionError):  # no vLLM, or its groups are not set up
+            if world is None:
+                raise ValueError("pass world: vLLM's tensor-parallel size is unknown") from None
+            return self.rank % world, world
+        if world not in (None, size):
+            raise ValueError(f"a share of {world} ranks asked for; this vLLM runs TP-{size}")
+        return rank, size
 
     def tensorhub_version(self) -> tuple[str, int] | None:
         return self.tensorhub_loaded
