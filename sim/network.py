@@ -188,6 +188,7 @@ class Network:
             n = active[name]
             if n <= 0 or share != left[name] / n:
                 continue  # stale: this link's share changed since it was pushed
+            touched: dict[str, None] = {}  # ordered: the same heap as one push per change
             for fid, f in links[name].flows.items():
                 if fid in frozen:
                     continue
@@ -196,9 +197,11 @@ class Network:
                 for lk in f.path:
                     left[lk.name] -= share
                     active[lk.name] -= 1
-                    if lk.name != name and active[lk.name] > 0:
-                        heapq.heappush(heap, (left[lk.name] / active[lk.name], lk.name))
+                    touched[lk.name] = None
             active[name] = 0
+            for other in touched:  # once per link, at its share after this level froze
+                if active[other] > 0:
+                    heapq.heappush(heap, (left[other] / active[other], other))
 
     def _complete(self) -> None:
         self._next = None

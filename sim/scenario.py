@@ -54,6 +54,11 @@ class Scenario:
     storage_hosts: int = 8  # push-then-pull store: hosts with the same NIC rate
     nccl_chunk_mb: float = 4.0  # ring pipeline granularity
     nccl_rebuild_s: float = 0.0  # group re-creation when membership changed (elastic)
+    # Device <-> pinned host memory per GPU (PCIe Gen4 x16 ~25 GB/s, Gen5 ~50): a trainer's
+    # host snapshot and a staged rollout's copy into its GPUs (sim/strong.py).
+    pcie_gbytes: float = 25.0
+    # Also run the strongest honest baselines (sim/strong.py) beside the paper's kinds.
+    strong_baselines: bool = True
     topology: TopologySpec = field(default_factory=TopologySpec)
     swarm: SwarmConfig = field(default_factory=SwarmConfig)
     seed: int = 1

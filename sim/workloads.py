@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .baselines import Pulls, pull_from_trainer, push_then_pull, ring_broadcast, wan_outage
@@ -25,6 +25,14 @@ from .control import commit_publish, spread_version
 from .engine import Engine
 from .network import Network
 from .scenario import Scenario
+from .strong import (
+    Versus,
+    nccl_staged_done,
+    rack_chains,
+    relay_then_ring,
+    snapshot_trainer_stall,
+    staged_stalls,
+)
 from .swarm import Swarm
 from .topology import Cluster
 
@@ -182,14 +190,10 @@ def _tensorhub(
         origin_chunks=slices,
     )
     s.start(at=fetchers)
-    crashed: list[str] = []
-    if preempt > 0 and holders:
-        rng = random.Random(sc.seed * 31 + 5)
-        victims = rng.sample(list(holders), max(1, int(len(holders) * preempt)))
-        horizon = sc.size / sc.nic
-        for v in victims:
-            e.at(rng.uniform(0.1, 0.9) * horizon, functools.partial(s.crash, v))
-        crashed = victims
+    crashes = _preemptions(sc, holders, preempt)
+    for v, at in crashes.items():
+        e.at(at, functools.partial(s.crash, v))
+    crashed = list(crashes)
     e.run()
     _check_swarm(s, crashed)
     done = {f: s.nodes[f].finished or float("inf") for f in fetchers}
@@ -197,6 +201,16 @@ def _tensorhub(
     wan = sum(link.carried for link in c.wan.values())
     egress = sum(c.hosts[t].up.carried for t in trainers) / sc.size
     return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed, egress)
+
+
+def _preemptions(sc: Scenario, holders: Sequence[str], preempt: float) -> dict[str, float]:
+    """Which holders are preempted, and when (seeded; the same for every scheme)."""
+    if preempt <= 0 or not holders:
+        return {}
+    rng = random.Random(sc.seed * 31 + 5)
+    victims = rng.sample(list(holders), max(1, int(len(holders) * preempt)))
+    horizon = sc.size / sc.nic
+    return {v: rng.uniform(0.1, 0.9) * horizon for v in victims}
 
 
 def _check_swarm(s: Swarm, crashed: list[str]) -> None:
@@ -306,6 +320,7 @@ def standalone(sc: Scenario) -> Outcome:
     schemes["lower_bound"] = Scheme("lower_bound", {r: lb for r in rollouts}, 0.0)
     mine = schemes["tensorhub"]
     base = schemes["nccl"]
+    versus = _standalone_versus(sc, c, trainers, rollouts, pause, ctl, schemes)
     return Outcome(
         sc,
         schemes,
@@ -324,8 +339,64 @@ def standalone(sc: Scenario) -> Outcome:
             },
             "control": ctl.summary(),
             "trainer_egress_copies": round(th.trainer_copies, 2),
+            **_versus_summary(versus),
+            "tail_over_copy": round(_tail(pause) / lb, 2),
         },
     )
+
+
+def _versus(name: str, base: float, mine: float) -> Versus:
+    return Versus(name, base / mine, base, mine)
+
+
+def _versus_summary(versus: list[Versus]) -> dict[str, Any]:
+    """The strong baselines' ratios for a summary (empty when the scenario has none)."""
+    if not versus:
+        return {}
+    return {
+        "versus": {v.name: round(v.ratio, 3) for v in versus},
+        "strongest": min(versus, key=lambda v: (v.ratio, v.name)).name,
+    }
+
+
+def _tail(pause: dict[str, float]) -> float:
+    """The generation tail: the slowest instance's pause past the median's."""
+    times = sorted(pause.values())
+    return times[-1] - times[len(times) // 2]
+
+
+def _standalone_versus(
+    sc: Scenario,
+    c: Cluster,
+    trainers: list[str],
+    rollouts: list[str],
+    pause: dict[str, float],
+    ctl: _Control,
+    schemes: dict[str, Scheme],
+) -> list[Versus]:
+    """Total GPU stall against the strongest deployments of sim/strong.py."""
+    if not sc.strong_baselines:
+        return []
+    mine, ucx = schemes["tensorhub"], schemes["ucx"]
+    snap = snapshot_trainer_stall(sc)
+    hosts = max(sc.storage_hosts, sc.trainer_hosts)
+    store = push_then_pull(Cluster.build(sc.topology), trainers, pause, sc.size, hosts)
+    ring_end = nccl_staged_done(sc, len(trainers) + len(rollouts), sc.nic)
+    staged = _tensorhub(sc, trainers, ctl.ready(rollouts, dict.fromkeys(rollouts, 0.0)))
+
+    def total(s: Scheme) -> float:
+        return s.total_stall(sc)
+
+    return [
+        _versus(f"storage, {hosts} NICs", total(_from_pulls("s", store, pause, sc)),
+                total(mine)),
+        _versus("ucx + snapshot", total(replace(ucx, trainer_stall=snap)),
+                total(replace(mine, trainer_stall=snap))),
+        _versus("nccl staged",
+                total(Scheme("nccl-staged", staged_stalls(dict.fromkeys(rollouts, ring_end),
+                                                          pause, sc), snap)),
+                total(Scheme("tensorhub-staged", staged_stalls(staged.done, pause, sc), snap))),
+    ]  # fmt: skip
 
 
 def elastic(sc: Scenario) -> Outcome:
@@ -349,6 +420,18 @@ def elastic(sc: Scenario) -> Outcome:
     lb = sc.size / sc.nic
     schemes["lower_bound"] = Scheme("lower_bound", dict.fromkeys(joiners, lb), 0.0)
     mine = schemes["tensorhub"]
+    versus: list[Versus] = []
+    if sc.strong_baselines:
+        crashes = _preemptions(sc, holders, sc.preempt)
+        chunk = sc.nccl_chunk_mb * 1e6
+        p2p = rack_chains(Cluster.build(sc.topology), holders, arrive, sc.size, crashes, chunk)
+        members = len(trainers) + len(holders) + len(joiners)
+        versus = [
+            _versus("rack p2p chains",
+                    Scheme("p2p", _stalls(p2p, arrive)).mean(), mine.mean()),
+            _versus("nccl, no rebuild", _nccl(sc, arrive, sc.nic, members).mean(),
+                    mine.mean()),
+        ]  # fmt: skip
     return Outcome(
         sc,
         schemes,
@@ -362,6 +445,8 @@ def elastic(sc: Scenario) -> Outcome:
         {
             "preempted_holders": len(th.crashed),
             "trainer_egress_copies": round(th.trainer_copies, 2),
+            **_versus_summary(versus),
+            "tail_over_copy": 0.0,
         },
     )
 
@@ -373,10 +458,10 @@ def crossdc(sc: Scenario) -> Outcome:
     rollouts = local + remote
     pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
     fetchers = dict(pause)
+    spare = [h for h in sorted(c.in_dc(1), key=_host_order) if h not in set(remote)]
+    if (sc.remote_seed or sc.strong_baselines) and not spare:
+        raise ValueError(f"scenario {sc.name!r}: no spare dc1 host for the remote seed")
     if sc.remote_seed:  # a spare dc1 host (CPU memory) starts pulling at publish
-        spare = [h for h in sorted(c.in_dc(1), key=_host_order) if h not in set(remote)]
-        if not spare:
-            raise ValueError(f"scenario {sc.name!r}: no spare dc1 host for the remote seed")
         fetchers[spare[0]] = 0.0
     ctl = _control(sc, len(trainers) + len(fetchers))
     th = _tensorhub(sc, trainers, ctl.ready(list(fetchers), fetchers))
@@ -400,6 +485,14 @@ def crossdc(sc: Scenario) -> Outcome:
     mine = schemes["tensorhub"]
     remote_lb = [lb[r] for r in remote]
     remote_mine = [mine.rollout_stall[r] for r in remote]
+    versus: list[Versus] = []
+    if sc.strong_baselines:
+        stalls, free, wan_bytes = relay_then_ring(sc, trainers, spare[0], remote, pause)
+        relay = Scheme("relay+ring", stalls, max(0.0, free - sc.train_step_s), wan_bytes)
+        versus = [
+            _versus("wan relay + ring", relay.total_stall(sc, remote),
+                    mine.total_stall(sc, remote)),
+        ]  # fmt: skip
     return Outcome(
         sc,
         schemes,
@@ -414,6 +507,8 @@ def crossdc(sc: Scenario) -> Outcome:
             "wan_copies": round(th.wan_bytes / sc.size, 2),
             "trainer_egress_copies": round(th.trainer_copies, 2),
             "control": ctl.summary(),
+            **_versus_summary(versus),
+            "tail_over_copy": round(_tail({r: pause[r] for r in remote}) / (sc.size / sc.nic), 2),
         },
     )
 
