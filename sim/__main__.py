@@ -90,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--report", default="docs/results.md")
     s.add_argument("--json")
     s.add_argument("--only", help="run only the sweeps whose name contains this")
+    s.add_argument(
+        "--headlines",
+        metavar="JSON",
+        help="a `reproduce --seeds N --json` file: its two-column table goes in the report",
+    )
     a = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -134,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sw.kind}/{sw.name}: " + ", ".join(
                 f"{v}: {o.ratio:.1f}x ({o.over_lb_mean:.2f}x LB)" for v, o in points))  # fmt: skip
         kept = rep.read_text().partition(report.MEASURED)[2] if rep.exists() else ""
-        text = report.markdown(outs, done, images, "python -m sim sweep")
+        if a.headlines:
+            heads = headlines.from_json(json.loads(Path(a.headlines).read_text()))
+            source = f"python -m sim reproduce --seeds {heads[0].seeds} --json {a.headlines}"
+        else:
+            heads, source = headlines.headlines(outs), "python -m sim reproduce"
+        text = report.markdown(outs, done, images, "python -m sim sweep", heads, source)
         rep.write_text(text + (f"\n{report.MEASURED}{kept}" if kept else ""))
         print(f"wrote {rep}")
         _write_json(a.json, {

@@ -45,6 +45,10 @@ class Spread:
     def summary(self) -> dict[str, float]:
         return {"median": round(self.median, 3), "q1": round(self.q1, 3), "q3": round(self.q3, 3)}
 
+    @classmethod
+    def from_summary(cls, d: dict[str, float]) -> Spread:
+        return cls(d["median"], d["q1"], d["q3"])
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -82,6 +86,25 @@ class Headline:
             "tensorhub_over_lower_bound_mean": self.over_lower_bound.summary(),
             "tail_over_copy": self.tail_over_copy.summary(),
         }
+
+
+def from_json(data: dict[str, Any]) -> list[Headline]:
+    """The headlines a ``reproduce --json`` file holds (``sweep --headlines`` renders them
+    without running the seeds again)."""
+    return [
+        Headline(
+            h["scenario"],
+            h["headline"],
+            h["paper_ratio"],
+            h["paper_kind_baseline"],
+            h["seeds"],
+            Spread.from_summary(h["vs_paper_kind"]),
+            {n: Spread.from_summary(v) for n, v in h["versus"].items()},
+            Spread.from_summary(h["tensorhub_over_lower_bound_mean"]),
+            Spread.from_summary(h["tail_over_copy"]),
+        )
+        for h in data["headlines"]
+    ]
 
 
 def headlines(outcomes: Sequence[Outcome]) -> list[Headline]:

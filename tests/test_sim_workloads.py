@@ -148,8 +148,17 @@ def test_cli_run_writes_json_and_refuses_bad_input(
 def test_reproduce_reports_each_ratio_beside_the_papers(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     assert main(["reproduce", "--json", str(out)]) == 0
-    res = {r["scenario"]: r for r in json.loads(out.read_text())["results"]}
+    data = json.loads(out.read_text())
+    res = {r["scenario"]: r for r in data["results"]}
     assert set(res) == {"standalone", "elastic", "crossdc", "broadcast"}
+    heads = {h["scenario"]: h for h in data["headlines"]}
+    for name in ("standalone", "elastic", "crossdc"):  # two columns for every headline
+        assert heads[name]["vs_paper_kind"]["median"] == pytest.approx(res[name]["ratio"], abs=0.01)
+        strongest = heads[name]["strongest_baseline"]
+        assert strongest == res[name]["strongest"]
+        assert heads[name]["vs_strongest"]["median"] == res[name]["versus"][strongest]
+        assert heads[name]["vs_strongest"]["median"] < heads[name]["vs_paper_kind"]["median"]
+    assert heads["broadcast"]["strongest_baseline"] is None  # not a headline: none run
     assert [res[k]["paper_ratio"] for k in ("standalone", "elastic", "crossdc")] == [6.7, 4.8, 19]
     assert res["broadcast"]["paper_ratio"] is None  # ours: the swarm with nothing to hide
     for name, r in res.items():
