@@ -52,14 +52,19 @@ def _write_json(path: str | None, data: Any) -> None:
 
 
 def paper_outcomes(seed: int | None = None, seeds: list[int] | None = None) -> list[Outcome]:
-    """The four scenarios (for each of ``seeds``, or once with ``seed`` or the files'
-    own), one process each up to the cores there are (every run is seeded and
-    self-contained, so the results do not depend on how they were spread)."""
+    """The four scenarios, for each of ``seeds`` (or once, with ``seed`` or the files'
+    own)."""
     scs = [load(SCENARIOS / f"{name}.yaml") for name in PAPER_SCENARIOS]
     if seeds is not None:
         scs = [sc.replace(seed=s) for s in seeds for sc in scs]
     elif seed is not None:
         scs = [sc.replace(seed=seed) for sc in scs]
+    return run_all(scs)
+
+
+def run_all(scs: list[Scenario]) -> list[Outcome]:
+    """Every scenario, one process each up to the cores there are (every run is seeded and
+    self-contained, so the results do not depend on how they were spread)."""
     workers = min(len(scs), os.cpu_count() or 1)
     if workers == 1:
         return [run(sc) for sc in scs]
@@ -127,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         rep = Path(a.report)
         img_dir = rep.parent / "results"
         img_dir.mkdir(parents=True, exist_ok=True)
-        for sw in report.SWEEPS:
-            if a.only and a.only not in sw.name:
-                continue
-            base = load(SCENARIOS / f"{sw.kind}.yaml")
-            points = report.sweep(base, sw)
+        sweeps = [sw for sw in report.SWEEPS if not a.only or a.only in sw.name]
+        points_of = [report.sweep_points(load(SCENARIOS / f"{sw.kind}.yaml"), sw) for sw in sweeps]
+        ran = iter(run_all([sc for pts in points_of for _, sc in pts]))
+        for sw, pts in zip(sweeps, points_of, strict=True):
+            points = [(v, next(ran)) for v, _ in pts]
             done.append((sw, points))
             png = img_dir / f"{sw.kind}-{re.sub(r'[^A-Za-z0-9]+', '-', sw.name)}.png"
             report.plot(sw, points, png)

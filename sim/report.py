@@ -110,7 +110,8 @@ def fit(sc: Scenario) -> Scenario:
     return sc.replace(**{"topology.racks_per_dc": racks})
 
 
-def sweep(base: Scenario, s: Sweep) -> list[tuple[Any, Outcome]]:
+def sweep_points(base: Scenario, s: Sweep) -> list[tuple[Any, Scenario]]:
+    """The scenario for each value the sweep moves its parameter to."""
     out = []
     for v in s.values:
         changes: dict[str, Any] = {s.param: v}
@@ -118,8 +119,12 @@ def sweep(base: Scenario, s: Sweep) -> list[tuple[Any, Outcome]]:
             changes["rollout_hosts"] = base.rollout_hosts - base.remote_rollouts + v
         # The strong baselines (sim/strong.py) are for the headlines; a sweep moves one
         # assumption against the paper's kind of baseline, so it skips their extra runs.
-        out.append((v, run(fit(base.replace(**changes, strong_baselines=False)))))
+        out.append((v, fit(base.replace(**changes, strong_baselines=False))))
     return out
+
+
+def sweep(base: Scenario, s: Sweep) -> list[tuple[Any, Outcome]]:
+    return [(v, run(sc)) for v, sc in sweep_points(base, s)]
 
 
 def plot(s: Sweep, points: list[tuple[Any, Outcome]], path: Path) -> None:
