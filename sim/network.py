@@ -13,12 +13,15 @@ it has caught up with the upstream's bytes it moves no faster than the upstream 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .engine import Engine, _Event
 
 INF = float("inf")
+_ROUNDS = itertools.count(1)
+"""Stamps of progressive fillings, unique across networks (a link may serve several)."""
 CATCH_UP = 1e-3
 """A follower within this fraction of its size of its upstream's bytes has caught up: a
 byte-exact test made followers flap between capped and free, an event every nanosecond."""
@@ -30,6 +33,11 @@ class Link:
     capacity: float  # bytes per second
     carried: float = 0.0  # bytes, for utilization
     flows: dict[int, Flow] = field(default_factory=dict)  # ordered: runs are deterministic
+    # Scratch of one progressive filling (``Network._fill``), valid while ``stamp`` is its
+    # round: kept on the link because dict lookups by name were most of the filling's time.
+    stamp: int = 0
+    left: float = 0.0
+    active: int = 0
 
 
 @dataclass(eq=False)
@@ -43,6 +51,7 @@ class Flow:
     upstream: Flow | None = None
     cap: Link | None = None  # private link: the upstream's rate once caught up
     slack: float = 0.0  # bytes within which it counts as caught up
+    frozen: int = 0  # the filling round that fixed its rate
 
 
 @dataclass(eq=False)
@@ -170,38 +179,34 @@ class Network:
         entries are skipped), so a reallocation costs O((links + flows x hops) log links)
         instead of a scan of every link per frozen level.
         """
-        left: dict[str, float] = {}
-        active: dict[str, int] = {}
-        links: dict[str, Link] = {}
+        stamp = next(_ROUNDS)
+        heap: list[tuple[float, str, Link]] = []
         for f in self.flows.values():
             f.rate = 0.0
             for link in f.path:
-                if link.name not in links:
-                    links[link.name] = link
-                    left[link.name] = link.capacity
-                    active[link.name] = len(link.flows)
-        heap = [(left[n] / active[n], n) for n in links]
-        heapq.heapify(heap)
-        frozen: set[int] = set()
+                if link.stamp != stamp:
+                    link.stamp, link.left, link.active = stamp, link.capacity, len(link.flows)
+                    heap.append((link.left / link.active, link.name, link))
+        heapq.heapify(heap)  # names are unique: a tie never compares the links
         while heap:
-            share, name = heapq.heappop(heap)
-            n = active[name]
-            if n <= 0 or share != left[name] / n:
+            share, _, link = heapq.heappop(heap)
+            n = link.active
+            if n <= 0 or share != link.left / n:
                 continue  # stale: this link's share changed since it was pushed
-            touched: dict[str, None] = {}  # ordered: the same heap as one push per change
-            for fid, f in links[name].flows.items():
-                if fid in frozen:
+            touched: dict[Link, None] = {}  # ordered: the same heap as one push per change
+            for f in link.flows.values():
+                if f.frozen == stamp:
                     continue
-                frozen.add(fid)
+                f.frozen = stamp
                 f.rate = share
                 for lk in f.path:
-                    left[lk.name] -= share
-                    active[lk.name] -= 1
-                    touched[lk.name] = None
-            active[name] = 0
-            for other in touched:  # once per link, at its share after this level froze
-                if active[other] > 0:
-                    heapq.heappush(heap, (left[other] / active[other], other))
+                    lk.left -= share
+                    lk.active -= 1
+                    touched[lk] = None
+            link.active = 0
+            for lk in touched:  # once per link, at its share after this level froze
+                if lk.active > 0:
+                    heapq.heappush(heap, (lk.left / lk.active, lk.name, lk))
 
     def _complete(self) -> None:
         self._next = None
