@@ -553,17 +553,70 @@ class Hub:
                 raise NoHolder(f"no live node holds {display_name(dp)} v{version}")
             await asyncio.sleep(0.05)
 
+    async def latest_held(
+        self, model: str, at_least: int, *, shard: int = 0, timeout: float = DEFAULT_DEADLINE
+    ) -> int:
+        """The newest committed version >= ``at_least`` that a live node holds whole, at
+        the nearest locality tier that holds any: a staleness-bounded read's choice.
+
+        Asynchronous RL accepts a policy a few versions old ("any version >= latest - k");
+        a rollout across a WAN should start at once on a v-1 its own datacenter holds
+        rather than wait for v to cross. Nearness wins over newness (that is the point),
+        and among versions held equally near the newest wins. One registry round trip
+        (``latest``), plus one when the choice is not the latest (is it committed?).
+        :class:`UnknownVersion` if ``at_least`` is past the latest; :class:`NoHolder` if
+        gossip shows no live node holding a version in range whole within ``timeout``."""
+        latest = await self.latest(model, timeout=timeout)
+        if at_least > latest:
+            raise UnknownVersion(f"{model}: v{at_least} is not committed (latest v{latest})")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            for version in self._held_near(shard_key(model, shard), at_least, latest):
+                if version == latest or await self.registry.version(model, version) is not None:
+                    return version
+            if loop.time() > deadline:
+                raise NoHolder(f"no live node holds {model} v{at_least}..v{latest} whole")
+            await asyncio.sleep(0.05)  # gossip has not told us of a holder yet
+
+    def _held_near(self, dp: str, low: int, high: int) -> list[int]:
+        """Versions in [low, high] some live node holds whole: nearest tier first, then
+        newest first (from gossip's holder view; this node's own copies are tier 0)."""
+        core = self.gossip.core
+        me = core.me.locality
+        nearest: dict[int, int] = {}  # version -> nearest tier holding it whole
+        for key, version in core.holders.versions():
+            if key != dp or not low <= version <= high:
+                continue
+            for name, held in core.holders.holders(dp, version).items():
+                loc = core.locality_of(name)
+                if not held.complete or loc is None:
+                    continue
+                if name != core.me.name and not self._alive(name):
+                    continue
+                t = tier(me, loc)
+                nearest[version] = min(t, nearest.get(version, t))
+        return sorted(nearest, key=lambda v: (nearest[v], -v))
+
     async def fetch(
         self,
         model: str,
-        version: int,
+        version: int | None,
         into: Mapping[str, torch.Tensor],
         *,
+        at_least: int | None = None,
         shard: int = 0,
         timeout: float = 60.0,
     ) -> FetchResult:
         """Fetch a committed version into ``into`` (same names, dtypes and shapes), every
-        byte verified; then this node holds it and serves it."""
+        byte verified; then this node holds it and serves it. With ``version=None`` and
+        ``at_least``, the version is :meth:`latest_held`'s choice; the result's
+        ``version`` says which was fetched."""
+        if (version is None) == (at_least is None):
+            raise TypeError("fetch wants a version, or None and at_least=")
+        if version is None:
+            assert at_least is not None
+            version = await self.latest_held(model, at_least, shard=shard)
         root = await self._committed_root(model, version, shard)
         dp = shard_key(model, shard)
         await self._free(into, dp, version)
@@ -843,16 +896,24 @@ class SyncHub:
     ) -> Manifest:
         return self._call(self.hub.manifest(model, version, shard=shard, timeout=timeout))
 
+    def latest_held(
+        self, model: str, at_least: int, *, shard: int = 0, timeout: float = DEFAULT_DEADLINE
+    ) -> int:
+        return self._call(self.hub.latest_held(model, at_least, shard=shard, timeout=timeout))
+
     def fetch(
         self,
         model: str,
-        version: int,
+        version: int | None,
         into: Mapping[str, torch.Tensor],
         *,
+        at_least: int | None = None,
         shard: int = 0,
         timeout: float = 60.0,
     ) -> FetchResult:
-        return self._call(self.hub.fetch(model, version, into, shard=shard, timeout=timeout))
+        return self._call(
+            self.hub.fetch(model, version, into, at_least=at_least, shard=shard, timeout=timeout)
+        )
 
     def stream(
         self,
