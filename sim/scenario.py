@@ -59,6 +59,11 @@ class Scenario:
     pcie_gbytes: float = 25.0
     # Also run the strongest honest baselines (sim/strong.py) beside the paper's kinds.
     strong_baselines: bool = True
+    # Deltas (issue #21): every rollout holds v-1 and each chunk of v moves as a delta of
+    # this fraction of its size (bench/deltas.py measured 0.021-0.024 at lr 1e-6 and
+    # 0.085-0.097 at 1e-5 with XOR+zstd); 1.0: full versions. TensorHub's transfers only;
+    # decoding's CPU is not modelled.
+    delta_fraction: float = 1.0
     topology: TopologySpec = field(default_factory=TopologySpec)
     swarm: SwarmConfig = field(default_factory=SwarmConfig)
     seed: int = 1
@@ -68,6 +73,8 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: kind must be one of {KINDS}")
         if self.trainer_hosts < 1 or self.rollout_hosts < 1:
             raise ValueError(f"scenario {self.name!r}: needs trainer and rollout hosts")
+        if not 0 < self.delta_fraction <= 1:
+            raise ValueError(f"scenario {self.name!r}: delta_fraction must be in (0, 1]")
         if self.kind == "crossdc" and self.topology.dcs < 2:
             raise ValueError(f"scenario {self.name!r}: crossdc needs topology.dcs >= 2")
 

@@ -181,7 +181,7 @@ def _tensorhub(
         e,
         net,
         c,
-        sc.size,
+        sc.size * sc.delta_fraction,  # every fetcher holds v-1: each chunk moves as a delta
         trainers,
         list(fetchers),
         sc.swarm,

@@ -224,3 +224,13 @@ def test_a_sweep_over_a_switch_or_a_zero_plots_as_categories(tmp_path: Path) -> 
     flips = sweep(small("standalone"), spare)
     plot(spare, flips, tmp_path / "spare.png")
     assert "| False |" in markdown([flips[0][1]], [(spare, flips)], {}, "test")
+
+
+def test_deltas_shrink_what_crosses_the_wan_and_the_remote_stall() -> None:
+    full = run(small("crossdc", strong_baselines=False))
+    delta = run(small("crossdc", strong_baselines=False, delta_fraction=0.05))
+    th_full, th_delta = full.schemes["tensorhub"], delta.schemes["tensorhub"]
+    assert th_delta.wan_bytes == pytest.approx(0.05 * th_full.wan_bytes, rel=0.2)
+    assert th_delta.total_stall(delta.scenario) < th_full.total_stall(full.scenario) / 4
+    with pytest.raises(ValueError, match="delta_fraction"):
+        small("crossdc", delta_fraction=0.0)
