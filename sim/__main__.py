@@ -141,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             png = img_dir / f"{sw.kind}-{re.sub(r'[^A-Za-z0-9]+', '-', sw.name)}.png"
             report.plot(sw, points, png)
             images[sw.name] = f"results/{png.name}"
-            print(f"{sw.kind}/{sw.name}: " + ", ".join(
-                f"{v}: {o.ratio:.1f}x ({o.over_lb_mean:.2f}x LB)" for v, o in points))  # fmt: skip
+            shown = ", ".join(
+                f"{v}: {sw.ratio(o):.1f}x ({o.over_lb_mean:.2f}x LB)" for v, o in points
+            )
+            print(f"{sw.kind}/{sw.name} (vs {sw.baseline(points[0][1])}): {shown}")
         kept = rep.read_text().partition(report.MEASURED)[2] if rep.exists() else ""
         if a.headlines:
             heads = headlines.from_json(json.loads(Path(a.headlines).read_text()))

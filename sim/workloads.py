@@ -77,6 +77,20 @@ class Outcome:
     trace_hash: str
     events: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # How the headline figure is taken from a scheme: summed stall (of ``focus`` hosts
+    # only, if given) or the mean update latency. ``ratio_vs`` uses it for any baseline.
+    metric: str = "total"  # total | mean
+    focus: tuple[str, ...] | None = None
+
+    def figure(self, scheme: str) -> float:
+        s = self.schemes[scheme]
+        if self.metric == "mean":
+            return s.mean()
+        return s.total_stall(self.scenario, list(self.focus) if self.focus else None)
+
+    def ratio_vs(self, baseline: str) -> float:
+        """``baseline``'s headline figure over TensorHub's (above 1: TensorHub better)."""
+        return self.figure(baseline) / self.figure("tensorhub")
 
     @property
     def paper(self) -> float | None:
@@ -448,6 +462,7 @@ def elastic(sc: Scenario) -> Outcome:
             **_versus_summary(versus),
             "tail_over_copy": 0.0,
         },
+        metric="mean",
     )
 
 
@@ -510,6 +525,7 @@ def crossdc(sc: Scenario) -> Outcome:
             **_versus_summary(versus),
             "tail_over_copy": round(_tail({r: pause[r] for r in remote}) / (sc.size / sc.nic), 2),
         },
+        focus=tuple(remote),
     )
 
 

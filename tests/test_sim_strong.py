@@ -105,6 +105,7 @@ def test_every_workload_reports_its_strong_baselines_under_one_accounting() -> N
         "crossdc": {"wan relay + ring"},
     }
     for o in outs:
+        assert o.ratio_vs(o.baseline) == pytest.approx(o.ratio)  # a sweep's vs= uses this
         versus = o.extra["versus"]
         assert set(versus) == names[o.scenario.name]
         assert all(0 < r < float("inf") for r in versus.values())
