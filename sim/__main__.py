@@ -75,7 +75,7 @@ def run_all(scs: list[Scenario]) -> list[Outcome]:
     return [done[i] for i in range(len(scs))]
 
 
-_COST = {"standalone": 38.0, "broadcast": 28.0, "crossdc": 20.0, "elastic": 16.0}
+_COST = {"standalone": 32.0, "broadcast": 25.0, "crossdc": 14.0, "elastic": 14.0}
 """Seconds one run of each takes on this machine (2 cores): only the pool's order uses it."""
 
 

@@ -42,13 +42,11 @@ from .topology import Cluster
 
 @dataclass(frozen=True)
 class Versus:
-    """One strong baseline and TensorHub under the same accounting; ``ratio`` is the
-    baseline's headline figure over TensorHub's (above 1: TensorHub wins)."""
+    """One strong baseline against TensorHub under the same accounting: the baseline's
+    headline figure over TensorHub's (above 1: TensorHub wins)."""
 
     name: str
     ratio: float
-    baseline_value: float
-    tensorhub_value: float
 
 
 def snapshot_s(sc: Scenario) -> float:
