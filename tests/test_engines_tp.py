@@ -5,13 +5,15 @@ would have cut from the full tensors, and each rank moves about half the model."
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
 from tensorhub.engines import hf
-from tensorhub.engines.vllm import llama_transforms, tp_slices
+from tensorhub.engines.vllm import TensorHubWorker, llama_transforms, tp_slices
 
 from .test_hub import cluster
 
@@ -88,3 +90,30 @@ async def test_two_tp_ranks_fetch_their_shares_in_vllms_layout(tmp_path: Path) -
         share = [m / total for m in moved]
         print(f"model {total / 2**20:.1f} MiB in {CHUNK >> 10} KiB chunks; per rank {share}")
         assert all(s < 0.6 for s in share), share  # about half: whole chunks at the edges
+
+
+def test_a_worker_takes_its_tp_rank_from_vllm_not_its_global_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The TP rank and size come from vLLM's parallel state (stood in for here), whatever
+    the global rank and however the groups are laid out; no world need be passed."""
+    worker = TensorHubWorker()
+    worker.rank = 5  # 5 % 4 would be 1
+    fake = types.ModuleType("vllm.distributed")
+    fake.get_tensor_model_parallel_rank = lambda: 3  # type: ignore[attr-defined]
+    fake.get_tensor_model_parallel_world_size = lambda: 4  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.distributed", fake)
+    assert worker._tp_rank(None) == (3, 4)
+    assert worker._tp_rank(4) == (3, 4)
+    with pytest.raises(ValueError, match="TP-4"):
+        worker._tp_rank(8)  # a share published for 8 ranks does not fit vLLM's 4
+
+
+def test_without_vllm_the_global_rank_stands_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import fails, as where it is absent
+    worker = TensorHubWorker()
+    worker.rank = 5
+    assert worker._tp_rank(4) == (1, 4)
+    with pytest.raises(ValueError, match="pass world"):
+        worker._tp_rank(None)

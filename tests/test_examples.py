@@ -14,6 +14,14 @@ pytest.importorskip("transformers", reason="the dev extra installs transformers"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+def _example(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python examples/ARGS...`` from the examples folder, as the README does."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=EXAMPLES, capture_output=True, text=True, timeout=240,
+        check=False,
+    )  # fmt: skip
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mode", ["stream", "atomic"])
 def test_hf_trainer_and_rollout(mode: str) -> None:
@@ -26,15 +34,8 @@ def test_hf_trainer_and_rollout(mode: str) -> None:
         text=True,
     )
     try:
-        cmd = [sys.executable, "hf_rollout.py", "--seed", addr, "--versions", "2"]
-        rollout = subprocess.run(
-            [*cmd, *(["--atomic"] if mode == "atomic" else [])],
-            cwd=EXAMPLES,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+        atomic = ["--atomic"] if mode == "atomic" else []
+        rollout = _example("hf_rollout.py", "--seed", addr, "--versions", "2", *atomic)
         print(rollout.stdout, rollout.stderr[-2000:])
         assert rollout.returncode == 0
         assert "v2 loaded" in rollout.stdout
@@ -50,14 +51,7 @@ def test_ray_example() -> None:
     """Voters, a trainer and rollouts as Ray actors (engines/ray_actors.py), as
     examples/ray_rl.py runs them on a local Ray cluster."""
     pytest.importorskip("ray", reason="the dev extra installs ray")
-    proc = subprocess.run(
-        [sys.executable, "ray_rl.py", "--rollouts", "2", "--steps", "2"],
-        cwd=EXAMPLES,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    proc = _example("ray_rl.py", "--rollouts", "2", "--steps", "2")
     print(proc.stdout, proc.stderr[-3000:])
     assert proc.returncode == 0
     assert proc.stdout.count(": ok,") == 4 and "WRONG" not in proc.stdout

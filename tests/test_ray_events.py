@@ -29,6 +29,24 @@ class _Sender:
             out.put({"who": who, "i": i})  # returns at once: no round trip per event
 
 
+@ray.remote(num_cpus=0)
+class _BusyBox:
+    """The mailbox's interface, and a way to keep it busy."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def hold(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+
+    def take(self) -> list[Any]:
+        items, self.items = self.items, []
+        return items
+
+
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -56,3 +74,20 @@ def test_every_event_arrives_in_each_senders_order(local_ray: None) -> None:
     assert got == {"s0": list(range(EVENTS)), "s1": list(range(EVENTS))}
     with pytest.raises(queue.Empty):
         out.get(timeout=0.2)  # nothing extra, nothing repeated
+
+
+@pytest.mark.timeout(120)
+def test_a_put_does_not_wait_for_the_mailbox(local_ray: None) -> None:
+    """Nodes put from inside their event loop: a put that waited for the mailbox's answer
+    (as ``ray.util.queue.Queue``'s does) would stall the node for as long as Ray is slow."""
+    out = RayEvents()
+    out._box = box = _BusyBox.remote()  # type: ignore[attr-defined]
+    ray.get(box.take.remote())  # started
+    held = box.hold.remote(5.0)  # the put below queues behind this
+    t0 = time.monotonic()
+    out.put({"i": 1})
+    took = time.monotonic() - t0
+    print(f"put returned in {took * 1000:.1f} ms while the mailbox was busy for 5 s")
+    assert took < 2.5
+    ray.get(held)
+    assert out.get(timeout=30) == {"i": 1}

@@ -122,9 +122,10 @@ class TensorHubWorker:
         return res.bytes
 
     def _tp_rank(self, world: int | None) -> tuple[int, int]:
-        """This worker's tensor-parallel rank and size. ``self.rank`` is the global rank,
-        which with pipeline parallelism is not the TP rank: vLLM's parallel state says
-        which it is; outside vLLM (tests) the global rank modulo ``world`` stands in."""
+        """This worker's tensor-parallel rank and size, from vLLM's parallel state rather
+        than from ``self.rank`` (the global rank; modulo the TP size it is the TP rank only
+        in vLLM's TP-innermost layout). Outside vLLM the global rank modulo ``world``
+        stands in."""
         try:
             from vllm.distributed import (  # type: ignore[import-not-found]
                 get_tensor_model_parallel_rank,
