@@ -255,12 +255,17 @@ class HubProcs:
         version: int,
         via: str | None,
         started: Callable[[], None] | None = None,
+        prepared: Callable[[], None] | None = None,
     ) -> tuple[dict[str, list[Any]], dict[str, int]]:
-        """As :meth:`fetch_all`, node by node: ``started()`` is called once every fetch has
-        begun (a bench may kill one of them then); returned are (start, end, failures) of
-        each node still alive after it, by name, and the bytes uploaded meanwhile."""
+        """As :meth:`fetch_all`, node by node: ``prepared()`` is called once every node has
+        its destination tensors (allocated and touched: a bench starts its CPU clock there,
+        not before), ``started()`` once every fetch has begun (a bench may kill one of them
+        then); returned are (start, end, failures) of each node still alive after it, by
+        name, and the bytes uploaded meanwhile."""
         before = self.uploads()
         self.call(names, "prepare", model, version, via)
+        if prepared is not None:
+            prepared()
         self.call(names, "fetch", model, version, via)
         if started is not None:
             started()
