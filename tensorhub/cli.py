@@ -192,6 +192,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill-rollouts", type=int, default=None, help="chaos: kill N rollouts")
     p.add_argument("--kill-leader", action="store_true", help="chaos: kill the Raft leader")
     p.add_argument("--no-wan", action="store_true", help="do not shape the WAN")
+    p.add_argument("--lr", type=float, default=None, help="override run.lr (the trainer's)")
+    p.add_argument(
+        "--deltas", action="store_true", help="publish each version as a delta too (run.deltas)"
+    )
     p.add_argument("--no-http", action="store_true", help="no /status, /metrics, dashboard")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
     p.add_argument(
@@ -227,6 +231,8 @@ def run_launch(args: argparse.Namespace) -> int:
             chaos=chaos,
             wan=() if args.no_wan else t.wan,
             http=t.http and not args.no_http,
+            lr=args.lr or t.lr,
+            deltas=t.deltas or args.deltas,
         )
         from .launch.topology import validate
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
+import time
 from collections import Counter, defaultdict, deque
 from collections.abc import (
     AsyncGenerator,
@@ -35,11 +37,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import reads
+from . import deltas, reads
 from .control.gossip_driver import GossipNode
 from .control.raft_driver import RaftNode
 from .control.registry_client import DEFAULT_DEADLINE, RegistryClient
 from .core.buckets import DEFAULT_BUCKET_BYTES
+from .core.delta import delta_model, same_layout
 from .core.errors import (
     AuthenticationError,
     DeadlineExceeded,
@@ -63,16 +66,22 @@ from .dataplane.swarm import NoManifest, copy_held, fetch_manifest, swarm_fetch,
 from .dataplane.view import NO_NEWS, Holder, SourceNews
 from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
+from .io.tensors import TensorBytes, empty_like_manifest
 from .transforms import Transform
 from .transforms import apply as apply_transforms
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 ROLE_KEY = "role"
 UCX_KEY = "ucx"
 """Gossiped: where a node takes UCX connections (absent: TCP only)."""
 SECRET_PROBE_TIMEOUT = 1.5
 """How long :meth:`Hub.start` waits for seeds to answer the secret probe: a seed that is
 down or slow is skipped (the cluster may be starting), so this bounds start's delay."""
+
+DELTAS_KEPT = 2
+"""Delta objects of a model each node goes on serving (the newest ones): a rollout one
+version behind still finds the delta it needs; an older one fetches whole chunks."""
 
 SUPER_SEED_AFTER = NODE.reserve_after
 """Seconds a published chunk's requests are refused (redirected) before it is sent again
@@ -241,6 +250,7 @@ class Hub:
         num_shards: int = 1,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         transforms: Sequence[Transform] = (),
+        delta_from: int | None = None,
     ) -> Published:
         """Serve ``tensors`` and commit them as shard ``shard`` of (model, version).
 
@@ -248,8 +258,14 @@ class Hub:
         :meth:`unpublish` returns); CUDA tensors are copied to pinned host memory here,
         so training may write them again as soon as this returns. ``transforms``
         (:mod:`tensorhub.transforms`: renames, casts, fp8, fusing, rank-major layouts) run
-        here, once, and the manifest records them; a tensor a transform made is a copy."""
+        here, once, and the manifest records them; a tensor a transform made is a copy.
+
+        ``delta_from=u``: also publish the delta that rebuilds this version from version
+        ``u``, which this node must still hold whole (:mod:`tensorhub.core.delta`); it is
+        committed before the version, so a fetcher that sees the version committed finds
+        its delta. Fetchers holding ``u`` then move the delta instead of the model."""
         dp = shard_key(model, shard)
+        base = self._delta_base(dp, delta_from) if delta_from is not None else None
         published, applied = apply_transforms(tensors, transforms)
         manifest = self.node.serve(
             dp,
@@ -267,6 +283,8 @@ class Hub:
         self.gossip.advertise(
             dp, version, b"\1" * manifest.num_chunks, origin=True, borrowed=borrowed
         )
+        if base is not None:
+            await self._publish_delta(model, version, shard, num_shards, base, manifest)
         cmd = PublishShard(
             model, version, shard, num_shards, manifest.root, self.node.name, manifest.total_bytes
         )
@@ -283,6 +301,67 @@ class Hub:
         if res.committed and self._kept:
             await self._drop_kept(model)
         return Published(manifest, res.committed)
+
+    def _delta_base(self, dp: str, base: int) -> Replica:
+        try:
+            replica = self.node.store.get(dp, base)
+        except UnknownVersion:
+            raise UnknownVersion(
+                f"a delta from {display_name(dp)} v{base} needs that version held here "
+                "(publish the next version before unpublishing this one)"
+            ) from None
+        if not replica.complete:
+            raise UnknownVersion(f"{display_name(dp)} v{base} is not held here whole")
+        return replica
+
+    async def _publish_delta(
+        self, model: str, version: int, shard: int, num_shards: int, base: Replica, m: Manifest
+    ) -> None:
+        """Encode, serve and commit the delta rebuilding ``version`` from ``base``. The
+        version does not depend on it: a delta that cannot be made or committed is logged,
+        and fetchers take whole chunks."""
+        dp = shard_key(model, shard)
+        if not same_layout(base.manifest, m):
+            log.warning(
+                "%s v%d: no delta from v%d (the tensors or chunking changed)",
+                display_name(dp),
+                version,
+                base.version,
+            )
+            return
+        new = self.node.store.get(dp, version).data
+        tensors = await asyncio.to_thread(deltas.encode, base.data, new, m, base.version)
+        dmodel = delta_model(model)
+        dkey = shard_key(dmodel, shard)
+        dm = self.node.serve(dkey, version, tensors, chunk_size=m.layout.chunk_size)
+        self.gossip.advertise(dkey, version, b"\1" * dm.num_chunks, borrowed=False)
+        cmd = PublishShard(
+            dmodel, version, shard, num_shards, dm.root, self.node.name, dm.total_bytes
+        )
+        try:
+            res = await self.registry.propose(cmd)
+        except TensorHubError as e:
+            log.warning("%s v%d: delta not committed: %s", display_name(dp), version, e)
+            await self._withdraw(dkey, version)
+            return
+        if not res.ok:
+            log.warning(
+                "%s v%d: delta not committed: %s: %s",
+                display_name(dp),
+                version,
+                res.code,
+                res.message,
+            )
+            await self._withdraw(dkey, version)
+            return
+        await self._drop_old_deltas(dkey, version)
+
+    async def _drop_old_deltas(self, dkey: str, newest: int) -> None:
+        """Serve only the :data:`DELTAS_KEPT` newest delta objects of a shard."""
+        held = sorted({r.version for r in self.node.store if r.key == dkey}, reverse=True)
+        for v in held:
+            if v < newest and held.index(v) >= DELTAS_KEPT:
+                await self._withdraw(dkey, v)
 
     async def wait_replicated(
         self,
@@ -618,33 +697,60 @@ class Hub:
             assert at_least is not None
             version = await self.latest_held(model, at_least, shard=shard)
         root = await self._committed_root(model, version, shard)
-        dp = shard_key(model, shard)
-        await self._free(into, dp, version)
+        res = await self._fetch_delta(model, version, into, shard, root, timeout)
+        if res is None:
+            res = await self._fetch_whole(model, version, into, shard, root, timeout)
+        self._fetched(model, version, res)
+        if self._kept:  # copies kept for versions this fetch may have superseded
+            await self._drop_kept(model)
+        return res
 
-        def progress(replica: Any, chunk: int) -> None:
+    async def _fetch_whole(
+        self,
+        model: str,
+        version: int,
+        into: Mapping[str, torch.Tensor],
+        shard: int,
+        root: bytes,
+        timeout: float,
+        replica: Replica | None = None,
+    ) -> FetchResult:
+        """Swarm the version's chunks into ``into`` (those ``replica`` lacks, where it is
+        given: a delta rebuilt the rest)."""
+        dp = shard_key(model, shard)
+        if replica is None:
+            await self._free(into, dp, version)
+
+        def progress(filling: Replica, chunk: int) -> None:
             # Advertise the replica at once, then about 64 times per fetch, then when whole:
             # each advertisement is a gossip write of the full bitmap.
-            n = len(replica.have)
+            n = len(filling.have)
             step = max(1, n // 64)
-            held = replica.held
+            held = filling.held
             if chunk < 0 or held % step == 0 or held == n:
-                self.gossip.advertise(dp, version, replica.have, borrowed=True)
+                self.gossip.advertise(dp, version, filling.have, borrowed=True)
+
+        if replica is not None and replica.complete:  # a delta rebuilt every chunk
+            return await swarm_fill(self.node, replica, [], on_chunk=progress)
 
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
-            try:
-                return await asyncio.wait_for(
-                    swarm_fetch(
-                        self.node,
-                        dp,
-                        version,
-                        into,
-                        holders,
-                        expected_root=root,
-                        on_chunk=progress,
-                        timeout=left,
-                    ),
-                    left + 5.0,  # a backstop: the swarm reports its own deadline, with causes
+            run: Awaitable[FetchResult] = (
+                swarm_fill(self.node, replica, holders, on_chunk=progress, timeout=left)
+                if replica is not None
+                else swarm_fetch(
+                    self.node,
+                    dp,
+                    version,
+                    into,
+                    holders,
+                    expected_root=root,
+                    on_chunk=progress,
+                    timeout=left,
                 )
+            )
+            try:
+                # A backstop: the swarm reports its own deadline, with causes.
+                return await asyncio.wait_for(run, left + 5.0)
             except asyncio.TimeoutError:
                 raise TransferError(
                     f"fetch of {model} v{version} did not finish within {timeout}s "
@@ -652,22 +758,96 @@ class Hub:
                 ) from None
 
         try:
-            res = await self._from_holders(dp, version, timeout, attempt)
+            return await self._from_holders(dp, version, timeout, attempt)
         except BaseException:
             self.gossip.withdraw(dp, version)
             self.fetch_totals["failed"] += 1
             raise
+
+    def _fetched(self, model: str, version: int, res: FetchResult) -> None:
         self.fetches.append(res)
         self.fetch_seconds[model].observe(res.seconds)
         self.manifest_seconds[model].observe(res.manifest_seconds)
         self.chunk_seconds[model].merge(res.chunk_seconds)
         self._saw_committed(model, version)
-        if self._kept:  # copies kept for versions this fetch may have superseded
-            await self._drop_kept(model)
         self.fetch_totals["fetches"] += 1
         self.fetch_totals["bytes"] += res.bytes
         self.fetch_totals["failed_requests"] += sum(res.failures.values())
-        return res
+
+    async def _fetch_delta(
+        self,
+        model: str,
+        version: int,
+        into: Mapping[str, torch.Tensor],
+        shard: int,
+        root: bytes,
+        timeout: float,
+    ) -> FetchResult | None:
+        """Reach ``version`` from an older version held here whole, through the delta
+        committed for it (:mod:`tensorhub.core.delta`): fetch the delta object from the
+        swarm (this node then serves it onward), rebuild each chunk it encodes, keep
+        those that match the manifest's digests, and swarm the rest whole. None where
+        there is no base here, no delta, or a delta from another base: fetch whole.
+
+        Into the base's own memory (a rollout's weights), this is also an unpublish of the
+        base: it stops being served from there, drained, before any byte changes."""
+        dp = shard_key(model, shard)
+        bases = {
+            r.version: r
+            for r in self.node.store
+            if r.key == dp and r.complete and r.version < version and not r.withdrawn
+        }
+        if not bases:
+            return None
+        dmodel = delta_model(model)
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            droots = await self.registry.version(dmodel, version)
+            if droots is None or shard >= len(droots):
+                return None
+            dman = await self.manifest(dmodel, version, shard=shard, timeout=timeout)
+            delta = empty_like_manifest(dman)
+            droot = droots[shard]
+            dres = await self._fetch_whole(dmodel, version, delta, shard, droot, timeout)
+            manifest = await self.manifest(model, version, shard=shard, timeout=timeout)
+            index = deltas.index_of(delta, manifest.num_chunks)
+        except TensorHubError as e:  # (DeltaError, NoHolder, TransferError, no quorum...)
+            log.warning("%s v%d: fetching whole, the delta failed: %s", model, version, e)
+            return None
+        await self._drop_old_deltas(shard_key(dmodel, shard), version)
+        base = bases.get(index.base)
+        if base is None or not same_layout(base.manifest, manifest):
+            return None  # a delta from a version we do not hold (we fell behind)
+        await self._free(into, dp, version)  # the base may live in `into`: drained first
+        dest = TensorBytes.for_destination(manifest, into)
+        rebuilt, refused = await asyncio.to_thread(
+            deltas.rebuild, base.data, dest, manifest, index, delta[deltas.BLOB]
+        )
+        if refused:
+            log.warning(
+                "%s v%d: %d chunk(s) rebuilt from v%d did not match their digests (a stale "
+                "or corrupt base): fetching them whole",
+                model,
+                version,
+                len(refused),
+                index.base,
+            )
+        replica = Replica(dp, version, manifest, dest)
+        for c in rebuilt:
+            replica.mark(c)
+        left = max(deadline - loop.time(), 0.1)
+        res = await self._fetch_whole(model, version, into, shard, root, left, replica)
+        return replace(
+            res,
+            seconds=time.perf_counter() - t0,
+            sources=dict(Counter(res.sources) + Counter(dres.sources)),
+            delta_base=index.base,
+            delta_bytes=dres.bytes,
+            delta_chunks=len(rebuilt),
+            delta_refused=len(refused),
+        )
 
     def stream(
         self,

@@ -105,3 +105,29 @@ def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
         # dc2's one survivor may fall a version behind and skip it (the failure above).
         if any(f["verified"] and dc_of[f["who"]] == "dc2" for f in v["fetches"]):
             assert v["bytes_received_by_dc_link"].get("dc1>dc2", 0) > 0, v
+
+
+@pytest.mark.timeout(400)
+def test_deltas_cross_the_wan_instead_of_versions(tmp_path: Path) -> None:
+    """Issue #21, end to end in processes: with ``run.deltas`` at an RL learning rate, v1
+    crosses the WAN whole, every later version as a delta from the one before (a few
+    percent of the model, once into dc2), and every rollout holds the trainer's bytes."""
+    topo = {
+        **SMALL,
+        "model": {"dim": 128, "layers": 2, "vocab": 1024, "heads": 2, "context": 16},
+        "run": {**SMALL["run"], "lr": 1e-6, "deltas": True},  # type: ignore[dict-item]
+        "chaos": {},
+        "http": False,
+    }
+    out = tmp_path / "results.json"
+    launch(from_dict(topo), json_path=out, progress=False, console=Console(quiet=True))
+    data = json.loads(out.read_text())
+    assert data["ok"] and data["failures"]["wrong_weights"] == 0
+    first, *later = data["versions"]
+    assert all(f["delta_base"] is None for f in first["fetches"])
+    assert first["wan_in_models_by_dc"]["dc2"] >= 0.99  # whole, about once
+    for v in later:
+        print(f"v{v['version']}: WAN into dc2 {v['wan_in_models_by_dc']['dc2']:.3f} models")
+        assert all(f["delta_base"] == v["version"] - 1 for f in v["fetches"]), v["fetches"]
+        assert all(f["verified"] for f in v["fetches"])
+        assert 0 < v["wan_in_models_by_dc"]["dc2"] <= 0.1

@@ -41,6 +41,15 @@ class FetchResult:
     """Verified bytes received from each holder (by address)."""
     chunk_seconds: Histogram = field(default_factory=lambda: Histogram(CHUNK_BUCKETS))
     """How long each chunk that landed took, from its request to verified."""
+    delta_base: int | None = None
+    """The version held here that a delta rebuilt this one from (None: chunks came whole;
+    :mod:`tensorhub.core.delta`)."""
+    delta_bytes: int = 0
+    """Bytes of the delta object received (``bytes`` counts the chunks that came whole)."""
+    delta_chunks: int = 0
+    """Chunks rebuilt from the delta and verified."""
+    delta_refused: int = 0
+    """Chunks the delta rebuilt wrong (a stale or corrupt base), then fetched whole."""
 
     @property
     def model(self) -> str:

@@ -265,12 +265,21 @@ class _Run:
                         "stall_s": f["t_done"] - pub["t_commit"],
                         "failures": f["failures"],
                         "verified": ok,
+                        "delta_base": f.get("delta_base"),
+                        "delta_bytes": f.get("delta_bytes", 0),
                     }
                 )
             versions.append(
                 {
                     "version": v,
                     "bytes_received_by_dc_link": dict(sorted(per_version[v].items())),
+                    # Per datacenter: what this version (its delta included) took across
+                    # the WAN into it, in models.
+                    "wan_in_models_by_dc": {
+                        dc: sum(n for k, n in per_version[v].items() if _crosses_into(k, dc))
+                        / pub["bytes"]
+                        for dc in t.datacenters
+                    },
                     "loss": pub["loss"],
                     "bytes": pub["bytes"],
                     "commit_s": pub["commit_s"],
@@ -335,7 +344,8 @@ def _crosses_into(dc_link: str, dc: str) -> bool:
 def summary(res: dict[str, Any], console: Console) -> None:
     """The human report: per version, then per datacenter, then failures."""
     vt = Table(title=f"tensorhub launch: what happened ({res['wall_s']:.0f} s)")
-    for col in ("ver", "loss", "MiB", "trainer stall ms", "fetched", "verified", "max stall ms"):
+    cols = ["ver", "loss", "MiB", "trainer stall ms", "fetched", "verified", "max stall ms"]
+    for col in [*cols, "WAN in (models, most into one DC)", "by delta"]:
         vt.add_column(col, justify="right")
     for v in res["versions"]:
         fs = v["fetches"]
@@ -347,6 +357,8 @@ def summary(res: dict[str, Any], console: Console) -> None:
             str(len(fs)),
             "yes" if all(f["verified"] for f in fs) else "NO",
             f"{max((f['stall_s'] for f in fs), default=0) * 1e3:.0f}",
+            f"{max(v['wan_in_models_by_dc'].values(), default=0):.3f}",
+            f"{sum(f['delta_base'] is not None for f in fs)}/{len(fs)}",
         )
     console.print(vt)
     console.print(

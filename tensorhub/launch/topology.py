@@ -4,7 +4,8 @@ Read from YAML (``tensorhub launch TOPOLOGY.yaml``) or built in Python. Every mi
 refused up front with the path of the offending key, before a process starts::
 
     model: {dim: 384, layers: 6, vocab: 4096, context: 32}   # TinyLM, trained for real
-    run: {versions: 3, train_steps: 4}     # also chunk_mb, timeout_s, copies_before_reuse
+    run: {versions: 3, train_steps: 4}     # also chunk_mb, timeout_s, copies_before_reuse,
+                                           # lr, deltas (publish each version as a delta too)
     nodes:
       - {name: trainer, at: dc1/rack1, role: trainer}
       - {name: rollout-a1, at: dc1/rack1, voter: true}
@@ -81,6 +82,8 @@ class Topology:
     http: bool = True
     timeout: float = 300.0
     copies: int | None = None  # full copies before the trainer reuses its memory
+    lr: float = 3e-3  # the trainer's AdamW learning rate (RL fine-tuning runs 1e-6..1e-5)
+    deltas: bool = False  # publish each version with a delta from the one before
 
     @property
     def copies_before_reuse(self) -> int:
@@ -158,6 +161,8 @@ class _RunDoc(_Doc):
     chunk_mb: PositiveFloat = 1.0
     timeout_s: PositiveFloat = 300.0
     copies_before_reuse: Positive | None = None
+    lr: PositiveFloat = 3e-3
+    deltas: bool = False
 
 
 class _NodeDoc(_Doc):
@@ -241,6 +246,8 @@ def from_dict(data: Any) -> Topology:
         http=doc.http,
         timeout=doc.run.timeout_s,
         copies=doc.run.copies_before_reuse,
+        lr=doc.run.lr,
+        deltas=doc.run.deltas,
     )
     validate(topo)
     return topo

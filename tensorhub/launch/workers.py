@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from ..core.delta import delta_model
 from ..core.errors import TensorHubError
+from ..core.naming import split_key
 from ..demo.model import TinyLM, load_rollout_weights, rollout_weights, synthetic_batch, train_step
 from ..hub import Hub, NoHolder
 from ..io.loop import run
@@ -81,7 +83,7 @@ def _bytes(hub: Hub) -> dict[str, dict[str, int]]:
     return {
         str(v): dict(by_peer)
         for (m, v), by_peer in hub.node.upload_grants.bytes_by_version.items()
-        if m.startswith(MODEL + "@")
+        if split_key(m)[0] in (MODEL, delta_model(MODEL))  # a version's delta counts to it
     }
 
 
@@ -99,7 +101,7 @@ def trainer_main(plan: Plan, out: Any, stop: Any) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = TinyLM(t.model)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=t.lr)
     g = torch.Generator().manual_seed(1)
 
     async def main() -> None:
@@ -117,14 +119,20 @@ def trainer_main(plan: Plan, out: Any, stop: Any) -> None:
             )
             weights = rollout_weights(model)
             t0 = time.monotonic()
-            pub = await hub.publish(MODEL, v, weights, chunk_size=t.chunk_bytes)
+            # With deltas, v-1 is still served here (its memory is not reused: each
+            # version's weights are new tensors), so v goes out as a delta from it too.
+            base = v - 1 if t.deltas and v > 1 else None
+            pub = await hub.publish(MODEL, v, weights, chunk_size=t.chunk_bytes, delta_from=base)
             t1 = time.monotonic()
             # The trainer's stall: until enough full copies exist elsewhere (one, or one more
             # than chaos will kill); then its memory is its own again (unpublish returns once
             # no upload reads it, keeping a CPU copy if it would otherwise be the last holder).
             with contextlib.suppress(NoHolder):
                 await hub.wait_replicated(MODEL, v, copies=t.copies_before_reuse, timeout=30)
-            await hub.unpublish(MODEL, v)
+            if base is not None:
+                await hub.unpublish(MODEL, base)  # the next delta is from v
+            if not t.deltas or v == t.versions:
+                await hub.unpublish(MODEL, v)
             t2 = time.monotonic()
             out.put(
                 {
@@ -198,6 +206,9 @@ def rollout_main(plan: Plan, out: Any, stop: Any) -> None:
                     "t_done": t_done,
                     "failures": res.failures,
                     "sources": res.sources,
+                    "delta_base": res.delta_base,
+                    "delta_bytes": res.delta_bytes,
+                    "whole_bytes": res.bytes,
                     "digests": tensor_digests(into),
                     "bytes_to": _bytes(hub),
                 }

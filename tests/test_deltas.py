@@ -1,0 +1,153 @@
+"""Delta versions (issue #21): a version published with ``delta_from=u`` also commits a delta
+object; a fetcher holding u moves the delta instead of the model, rebuilds every chunk,
+verifies each against v's committed digests and takes whole what does not match."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zstandard
+
+from tensorhub.core.delta import (
+    DeltaError,
+    decode_chunk,
+    delta_model,
+    encode_chunk,
+    pack,
+    unpack,
+)
+from tensorhub.core.errors import UnknownVersion
+from tensorhub.core.naming import shard_key
+from tensorhub.io.tensors import empty_like_manifest, tensor_digests
+
+from .test_hub import cluster, weights
+
+CHUNK = 1 << 20
+
+
+def step(prev: dict[str, torch.Tensor], seed: int, fraction: float = 0.02) -> dict[str, torch.Tensor]:
+    """The next version as an RL step makes it: a small fraction of elements nudged by one
+    bf16 step (new tensors: the previous version stays published as it was)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in prev.items():
+        t = t.clone()
+        if t.is_floating_point():
+            flat = t.view(-1)
+            hit = torch.rand(flat.numel(), generator=g) < fraction
+            flat[hit] = (flat[hit].float() * 1.01).to(t.dtype)
+        out[name] = t
+    return out
+
+
+# -- the codec ------------------------------------------------------------------------------
+
+
+def test_codec_round_trip_and_incompressible_chunks_travel_whole() -> None:
+    z, d = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+    base = np.frombuffer(os.urandom(1 << 16), np.uint8)
+    new = base.copy()
+    new[::97] ^= 1
+    enc = encode_chunk(base, new, z)
+    assert enc is not None and len(enc) < len(new) // 10
+    assert np.array_equal(decode_chunk(base, enc, d), new)
+    other = np.frombuffer(os.urandom(1 << 16), np.uint8)
+    assert encode_chunk(base, other, z) is None  # a delta no smaller than the chunk
+    header, blob = pack(4, [enc, None, enc])
+    index = unpack(header, len(blob), 3)
+    assert index.base == 4 and index.chunks == 2 and not index.encoded(1)
+
+
+def test_codec_refuses_malformed_deltas_with_a_clear_error() -> None:
+    z, d = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+    base = np.zeros(4096, np.uint8)
+    header, blob = pack(1, [encode_chunk(base, base, z)])
+    with pytest.raises(DeltaError, match="for 2"):
+        unpack(header, len(blob), 2)
+    bad = header.copy()
+    bad[4] = len(blob) + 1  # a span past the blob
+    with pytest.raises(DeltaError, match="outside the blob"):
+        unpack(bad, len(blob), 1)
+    bad = header.copy()
+    bad[0] = 9
+    with pytest.raises(DeltaError, match="format 9"):
+        unpack(bad, len(blob), 1)
+    with pytest.raises(DeltaError, match="does not decode"):
+        decode_chunk(base, b"not zstd", d)
+    big = z.compress(bytes(8192))  # decodes to more than a chunk: refused, not allocated
+    with pytest.raises(DeltaError):
+        decode_chunk(base, big, d)
+
+
+# -- on a cluster ---------------------------------------------------------------------------
+
+
+async def test_a_delta_moves_a_fraction_and_rebuilds_bit_for_bit(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        pub, far = voters[0], rolls[1]  # rolls[1] is in dc1
+        w1 = weights(1, mib=4)
+        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
+        into = empty_like_manifest(p1.manifest)
+        first = await far.fetch("policy", 1, into)
+        assert first.delta_base is None and first.bytes == p1.manifest.total_bytes
+        w2 = step(w1, 2)
+        p2 = await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
+        assert p2.committed
+        res = await far.fetch("policy", 2, into)
+        total = p2.manifest.total_bytes
+        print(f"delta {res.delta_bytes} B of {total} ({res.delta_bytes / total:.3%})")
+        assert res.delta_base == 1
+        assert res.delta_chunks == p2.manifest.num_chunks and res.delta_refused == 0
+        assert res.bytes == 0 and 0 < res.delta_bytes < 0.1 * total
+        assert tensor_digests(into) == tensor_digests(w2)
+        # Into the base's memory: the fetch was an unpublish of v1 here.
+        with pytest.raises(UnknownVersion):
+            far.node.store.get(shard_key("policy", 0), 1)
+        assert far.node.store.get(shard_key("policy", 0), 2).complete
+        # The fetcher serves the delta onward, as any version.
+        assert far.node.store.get(shard_key(delta_model("policy"), 0), 2).complete
+
+
+async def test_a_corrupt_base_is_caught_by_digest_and_refetched_whole(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        pub, far = voters[0], rolls[1]
+        w1 = weights(1, mib=4)
+        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
+        into = empty_like_manifest(p1.manifest)
+        await far.fetch("policy", 1, into)
+        into["embed"].view(-1)[:1000] = 0  # this node's v1 differs from the committed v1
+        w2 = step(w1, 2)
+        await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
+        res = await far.fetch("policy", 2, into)
+        assert res.delta_base == 1 and res.delta_refused == 1  # the first chunk
+        assert res.bytes == CHUNK  # fetched whole
+        assert tensor_digests(into) == tensor_digests(w2)
+
+
+async def test_a_delta_from_a_version_not_held_here_goes_whole(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        pub, far = voters[0], rolls[1]
+        w1 = weights(1, mib=4)
+        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
+        into = empty_like_manifest(p1.manifest)
+        await far.fetch("policy", 1, into)
+        w2 = step(w1, 2)
+        await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
+        w3 = step(w2, 3)
+        await pub.publish("policy", 3, w3, chunk_size=CHUNK, delta_from=2)
+        res = await far.fetch("policy", 3, into)  # its v1 is not v3's base
+        assert res.delta_base is None and res.bytes == p1.manifest.total_bytes
+        assert tensor_digests(into) == tensor_digests(w3)
+
+
+async def test_publishing_a_delta_needs_its_base_held(tmp_path: Path) -> None:
+    async with cluster(tmp_path, rollouts=1) as (voters, _rolls):
+        pub = voters[0]
+        await pub.publish("policy", 1, weights(1, mib=1), chunk_size=CHUNK)
+        with pytest.raises(UnknownVersion, match="needs that version held here"):
+            await pub.publish("policy", 2, weights(2, mib=1), chunk_size=CHUNK, delta_from=7)
+        assert await pub.latest("policy") == 1  # nothing committed
