@@ -29,13 +29,15 @@ from .test_hub import cluster, weights
 CHUNK = 1 << 20
 
 
-def step(prev: dict[str, torch.Tensor], seed: int, fraction: float = 0.02) -> dict[str, torch.Tensor]:
+def step(
+    prev: dict[str, torch.Tensor], seed: int, fraction: float = 0.02
+) -> dict[str, torch.Tensor]:
     """The next version as an RL step makes it: a small fraction of elements nudged by one
     bf16 step (new tensors: the previous version stays published as it was)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
-    for name, t in prev.items():
-        t = t.clone()
+    for name, old in prev.items():
+        t = old.clone()
         if t.is_floating_point():
             flat = t.view(-1)
             hit = torch.rand(flat.numel(), generator=g) < fraction
