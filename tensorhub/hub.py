@@ -621,8 +621,12 @@ class Hub:
         fresher gossip whenever every hint was stale, until ``timeout``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        hinted = False
         while True:
             holders = self._sources(dp, version).holders
+            if not holders and not hinted:
+                hinted = True
+                holders = await self._publisher_hint(dp, version)
             if holders:
                 try:
                     return await attempt(holders, max(deadline - loop.time(), 0.1))
@@ -631,6 +635,22 @@ class Hub:
             if loop.time() > deadline:
                 raise NoHolder(f"no live node holds {display_name(dp)} v{version}")
             await asyncio.sleep(0.05)
+
+    async def _publisher_hint(self, dp: str, version: int) -> list[Holder]:
+        """The shard's publisher, as the registry recorded it, when gossip has not yet told
+        us of any holder: a version committed a moment ago is otherwise found a gossip
+        round or two later (measured by bench/small_versions.py: 266 ms of a 531 ms fetch
+        of a 4 MiB version). A hint like any other: if it no longer holds the version,
+        the attempt fails over to what gossip learns."""
+        model, shard = split_key(dp)
+        with contextlib.suppress(TensorHubError):
+            names = await self.registry.publishers(model, version)
+            core = self.gossip.core
+            if shard < len(names) and self._alive(name := names[shard]):
+                addr, loc = core.addr_of(name), core.locality_of(name)
+                if addr is not None and loc is not None and addr != self.address:
+                    return [Holder(addr, tier(core.me.locality, loc), None, origin=True)]
+        return []
 
     async def latest_held(
         self, model: str, at_least: int, *, shard: int = 0, timeout: float = DEFAULT_DEADLINE

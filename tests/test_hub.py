@@ -281,3 +281,20 @@ async def test_gossip_and_raft_do_not_share_the_chunk_connection(tmp_path: Path)
         control = await roll.node.control_peer(voters[0].address)
         assert control is not data and control.conn is not data.conn
         assert roll.node._control[voters[0].address] is control  # kept apart from _peers
+
+
+async def test_a_version_committed_a_moment_ago_is_found_through_its_publisher(
+    tmp_path: Path,
+) -> None:
+    """Before gossip tells a rollout who holds a new version (a round or two), the registry
+    already names its publisher: the fetch asks it at once instead of waiting."""
+    async with cluster(tmp_path, rollouts=1) as (voters, rolls):
+        pub = await voters[0].publish("policy", 1, weights(1, mib=1))
+        assert pub.committed
+        r = rolls[0]
+        r.gossip.core.holders.forget(voters[0].gossip.core.name)  # gossip "has not told us"
+        hint = await r._publisher_hint("policy@0", 1)
+        assert [h.addr for h in hint] == [voters[0].address] and hint[0].origin
+        assert await r._publisher_hint("policy@0", 2) == []  # not committed: no hint
+        into = empty_like_manifest(pub.manifest)
+        assert (await r.fetch("policy", 1, into)).bytes == pub.manifest.total_bytes

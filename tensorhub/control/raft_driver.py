@@ -272,6 +272,12 @@ class RaftNode:
                         value=r.value,
                         data=msgspec.msgpack.encode(list(rec.roots())),
                     )
+            elif r.op == "publishers":  # who published each shard: a first holder to ask
+                await self.read_index()
+                rec = self.registry.version(r.model, r.value)
+                ok = rec is not None and not rec.retired
+                names = list(rec.publishers()) if rec is not None and ok else []
+                reply = RegistryReply(r.req, ok, data=msgspec.msgpack.encode(names))
             elif r.op == "versions":
                 vs = self.registry.committed_versions(r.model)
                 reply = RegistryReply(r.req, True, data=msgspec.msgpack.encode(vs))

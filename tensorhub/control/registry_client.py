@@ -149,6 +149,16 @@ class RegistryClient:
             return None
         return tuple(msgspec.msgpack.decode(reply.data, type=list[bytes]))
 
+    async def publishers(
+        self, model: str, version: int, deadline: float = DEFAULT_DEADLINE
+    ) -> tuple[str, ...]:
+        """The node that published each shard of a committed version (empty if it is not
+        committed, or the voters predate the question)."""
+        reply = await self.call("publishers", model, deadline=deadline, value=version)
+        if not reply.ok:
+            return ()
+        return tuple(msgspec.msgpack.decode(reply.data, type=list[str]))
+
     async def retained(self, model: str, version: int, deadline: float = DEFAULT_DEADLINE) -> bool:
         """Whether a committed version is pinned by someone's retain."""
         reply = await self.call("version", model, deadline=deadline, value=version)

@@ -127,6 +127,9 @@ class VersionRecord(msgspec.Struct):
     def roots(self) -> tuple[bytes, ...]:
         return tuple(self.shards[i].root for i in range(self.num_shards))
 
+    def publishers(self) -> tuple[str, ...]:
+        return tuple(self.shards[i].publisher for i in range(self.num_shards))
+
 
 class ModelRecord(msgspec.Struct):
     latest: int = 0

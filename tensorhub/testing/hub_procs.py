@@ -97,6 +97,25 @@ class _Worker:
             model, version = args
             await hub.retain(model, version)
             return ("ok",)
+        if cmd == "release":  # model, version
+            model, version = args
+            await hub.release(model, version)
+            return ("ok",)
+        if cmd == "drop":  # model, version: stop serving a fetched copy, free its memory
+            model, version = args
+            await hub.unpublish(model, version, keep_copy=False)
+            self.buffers.pop((model, version), None)
+            return ("ok",)
+        if cmd == "control":  # the size of this node's control-plane state
+            core = hub.gossip.core
+            return (
+                "ok",
+                {
+                    "gossip_keys": sum(len(st.kvs) for st in core.state.nodes.values()),
+                    "holder_versions": len(core.holders.versions()),
+                    "replicas": len(hub.node.store),
+                },
+            )
         if cmd == "result":
             model, version = args
             return await self.fetches.pop((model, version))

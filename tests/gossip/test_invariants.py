@@ -145,6 +145,26 @@ def test_g7_deleted_key_never_returns_after_gc() -> None:
     assert c.knows("g9", "g2", "other") == b"x"
 
 
+def test_peers_tombstones_are_purged_too_not_kept_for_ever() -> None:
+    """Regression (session 8, found by bench/small_versions.py): a node purged only its own
+    tombstones, so each kept every peer's deleted keys for ever, and the state grew with
+    every version a cluster dropped."""
+    cfg = GossipConfig(tombstone_rounds=5)
+    c = cluster(10, 4, config=cfg)
+    for v in range(1, 21):  # g1 holds a version, then drops it, twenty times
+        c.write("g1", hold_key("policy", v), HOLD)
+        c.run_rounds(2)
+        c.write("g1", hold_key("policy", v), None)
+        c.run_rounds(1)
+    c.run_rounds(10)  # past the grace
+    for nm in c.names:
+        kvs = c.nodes[nm].state.nodes["g1"].kvs
+        assert not [k for k, kv in kvs.items() if kv.deleted], (nm, sorted(kvs))
+    c.write("g1", hold_key("policy", 21), HOLD)  # and gossip still works afterwards
+    rounds_until(c, lambda: everyone_knows(c, "g1", hold_key("policy", 21), HOLD), 15)
+    assert all(c.knows(o, "g1", hold_key("policy", 3)) is None for o in c.live())
+
+
 def test_g8_rediscovery_after_a_partition_longer_than_the_purge(seed: int) -> None:
     cfg = GossipConfig(reap_rounds=10)
     c = cluster(40, seed, config=cfg)

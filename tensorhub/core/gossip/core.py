@@ -390,7 +390,7 @@ class GossipCore:
             m = self.members.get(name)
             return m is not None and m.status is not Status.DEAD and generation >= m.generation
 
-        changes = self.state.apply(msg.deltas, accept)
+        changes = self.state.apply(msg.deltas, accept, self.now)
         for node, key, value in changes:
             self.holders.update(node, key, value)
         return changes
