@@ -23,6 +23,7 @@ from tensorhub.core.delta import (
 from tensorhub.core.errors import UnknownVersion
 from tensorhub.core.naming import shard_key
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
+from tensorhub.testing.hub_procs import HubProcs, Spec
 
 from .test_hub import cluster, weights
 
@@ -153,3 +154,40 @@ async def test_publishing_a_delta_needs_its_base_held(tmp_path: Path) -> None:
         with pytest.raises(UnknownVersion, match="needs that version held here"):
             await pub.publish("policy", 2, weights(2, mib=1), chunk_size=CHUNK, delta_from=7)
         assert await pub.latest("policy") == 1  # nothing committed
+
+
+@pytest.mark.timeout(300)
+def test_in_processes_a_stale_base_is_refetched_whole_and_a_good_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """Five Hub processes: two rollouts in dc1 hold v1; one's v1 turns corrupt. Both then
+    fetch v2 (a small step, published with a delta from v1) into the same memory: the
+    good one moves only the delta, the corrupt one's chunks fail their digests and come
+    whole, and both end on the trainer's bytes."""
+    specs = [
+        Spec("trainer", "dc0/rack0/trainer", voter=True),
+        Spec("voter-a", "dc0/rack1/voter-a", voter=True),
+        Spec("voter-b", "dc1/rack0/voter-b", voter=True),
+        Spec("good", "dc1/rack1/good"),
+        Spec("stale", "dc1/rack1/stale"),
+    ]
+    size, both = 16 << 20, ["good", "stale"]
+    with HubProcs(specs, str(tmp_path)) as c:
+        c.call(["trainer"], "publish", "policy", 1, size, 1)
+        c.call(both, "prepare", "policy", 1, None)
+        c.call(both, "fetch", "policy", 1, None)
+        c.call(both, "result", "policy", 1, tag="done")
+        c.call(["stale"], "corrupt", "policy", 1)  # its v1 no longer the committed v1
+        c.call(["trainer"], "step", "policy", 1, 2, 0.02, 2)
+        c.call(both, "reuse", "policy", 1, 2)
+        c.call(both, "fetch", "policy", 2, None)
+        done = dict(zip(both, c.call(both, "result", "policy", 2, tag="done"), strict=True))
+        (want,) = c.call(["trainer"], "digests", "policy", 2)[0]
+        for n, (got,) in zip(both, c.call(both, "digests", "policy", 2), strict=True):
+            assert got == want, f"{n} is not on the trainer's v2"
+    good, stale = done["good"][4], done["stale"][4]
+    print(f"good: {good}; stale: {stale}")
+    assert good["base"] == 1 and good["refused"] == 0 and good["whole_bytes"] == 0
+    assert 0 < good["bytes"] < 0.1 * size
+    assert stale["base"] == 1 and stale["refused"] > 0
+    assert stale["whole_bytes"] >= stale["refused"] * (1 << 20)

@@ -60,6 +60,21 @@ class _Worker:
                 model, version, sd, **({"chunk_size": chunk[0]} if chunk else {})
             )
             return ("ok", pub.committed)
+        if cmd == "step":  # model, old, new, fraction, seed: v_new a small step from v_old,
+            # published with a delta from it (v_old stays served: the delta needs it)
+            model, old, new, fraction, seed = args
+            g = torch.Generator().manual_seed(seed)
+            sd = {}
+            for name, held in self.buffers[(model, old)].items():
+                t = held.clone()
+                if t.is_floating_point() and t.numel():
+                    flat = t.view(-1)
+                    hit = torch.rand(flat.numel(), generator=g) < fraction
+                    flat[hit] = (flat[hit].float() * 1.01).to(t.dtype)
+                sd[name] = t
+            self.buffers[(model, new)] = sd
+            pub = await hub.publish(model, new, sd, delta_from=old)
+            return ("ok", pub.committed)
         if cmd == "serve":  # model, version, size, seed: a plain holder, no registry
             model, version, size, seed = args
             sd = self.buffers[(model, version)] = llm_like_state_dict(size, seed)
@@ -144,14 +159,22 @@ class _Worker:
         into = self.buffers[(model, version)]
         t0 = time.monotonic()
         received: dict[str, int] = {}
+        delta: dict[str, Any] = {}
         if addr is None:
             res = await self.hub.fetch(model, version, into)
             failures = dict(res.failures)
             received = dict(res.sources)
+            delta = {
+                "base": res.delta_base,
+                "bytes": res.delta_bytes,
+                "rebuilt": res.delta_chunks,
+                "refused": res.delta_refused,
+                "whole_bytes": res.bytes,
+            }
         else:
             await self.hub.node.fetch(addr, model, version, into, hold=False)
             failures = {}
-        return ("done", t0, time.monotonic(), failures, received)
+        return ("done", t0, time.monotonic(), failures, received, delta)
 
 
 def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.Connection) -> None:
