@@ -65,8 +65,8 @@ class _Worker:
             model, old, new, fraction, seed = args
             g = torch.Generator().manual_seed(seed)
             sd = {}
-            for name, held in self.buffers[(model, old)].items():
-                t = held.clone()
+            for name, before in self.buffers[(model, old)].items():
+                t = before.clone()
                 if t.is_floating_point() and t.numel():
                     flat = t.view(-1)
                     hit = torch.rand(flat.numel(), generator=g) < fraction
