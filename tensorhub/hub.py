@@ -79,6 +79,10 @@ SECRET_PROBE_TIMEOUT = 1.5
 """How long :meth:`Hub.start` waits for seeds to answer the secret probe: a seed that is
 down or slow is skipped (the cluster may be starting), so this bounds start's delay."""
 
+DELTA_PATIENCE = 10.0
+"""Seconds (at most half a fetch's timeout) a fetch spends getting a delta before it takes
+whole chunks instead: a committed delta whose every holder is gone must not cost the
+fetch its whole deadline."""
 DELTAS_KEPT = 2
 """Delta objects of a model each node goes on serving (the newest ones): a rollout one
 version behind still finds the delta it needs; an older one fetches whole chunks."""
@@ -717,9 +721,12 @@ class Hub:
             assert at_least is not None
             version = await self.latest_held(model, at_least, shard=shard)
         root = await self._committed_root(model, version, shard)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         res = await self._fetch_delta(model, version, into, shard, root, timeout)
         if res is None:
-            res = await self._fetch_whole(model, version, into, shard, root, timeout)
+            left = max(timeout - (loop.time() - start), 0.1)
+            res = await self._fetch_whole(model, version, into, shard, root, left)
         self._fetched(model, version, res)
         if self._kept:  # copies kept for versions this fetch may have superseded
             await self._drop_kept(model)
@@ -822,15 +829,18 @@ class Hub:
         dmodel = delta_model(model)
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        started = loop.time()
+        deadline = started + timeout
+        patience = min(timeout / 2, DELTA_PATIENCE)
         try:
             droots = await self.registry.version(dmodel, version)
             if droots is None or shard >= len(droots):
                 return None
-            dman = await self.manifest(dmodel, version, shard=shard, timeout=timeout)
+            dman = await self.manifest(dmodel, version, shard=shard, timeout=patience)
             delta = empty_like_manifest(dman)
             droot = droots[shard]
-            dres = await self._fetch_whole(dmodel, version, delta, shard, droot, timeout)
+            left = max(started + patience - loop.time(), 0.1)
+            dres = await self._fetch_whole(dmodel, version, delta, shard, droot, left)
             manifest = await self.manifest(model, version, shard=shard, timeout=timeout)
             index = deltas.index_of(delta, manifest.num_chunks)
         except TensorHubError as e:  # (DeltaError, NoHolder, TransferError, no quorum...)

@@ -4,6 +4,7 @@ verifies each against v's committed digests and takes whole what does not match.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -191,3 +192,25 @@ def test_in_processes_a_stale_base_is_refetched_whole_and_a_good_one_is_not(
     assert 0 < good["bytes"] < 0.1 * size
     assert stale["base"] == 1 and stale["refused"] > 0
     assert stale["whole_bytes"] >= stale["refused"] * (1 << 20)
+
+
+async def test_a_delta_nobody_holds_any_more_costs_its_patience_not_the_deadline(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        pub, far = voters[0], rolls[1]
+        w1 = weights(1, mib=2)
+        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
+        into = empty_like_manifest(p1.manifest)
+        await far.fetch("policy", 1, into)
+        w2 = step(w1, 2)
+        await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
+        await pub._withdraw(shard_key(delta_model("policy"), 0), 2)  # its only holder
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        res = await far.fetch("policy", 2, into, timeout=8.0)  # patience: 4 s
+        took = loop.time() - t0
+        print(f"delta gone: whole after {took:.1f}s")
+        assert res.delta_base is None and res.bytes == p1.manifest.total_bytes
+        assert tensor_digests(into) == tensor_digests(w2)
+        assert took < 8.0
