@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import xxhash
+
 from .baselines import Pulls, pull_from_trainer, push_then_pull, ring_broadcast, wan_outage
 from .control import commit_publish, spread_version
 from .engine import Engine
@@ -81,6 +83,18 @@ class Outcome:
     # only, if given) or the mean update latency. ``ratio_vs`` uses it for any baseline.
     metric: str = "total"  # total | mean
     focus: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # The trace hash covers every scheme, the baselines included (#18): TensorHub's
+        # event trace, then each scheme's stalls and WAN bytes and the strong baselines'
+        # figures (``extra``), so a change to a baseline's model changes the hash too.
+        h = xxhash.xxh3_64(self.trace_hash.encode())
+        for name in sorted(self.schemes):
+            s = self.schemes[name]
+            stalls = sorted((k, round(v, 9)) for k, v in s.rollout_stall.items())
+            h.update(repr((name, stalls, round(s.trainer_stall, 9), round(s.wan_bytes))).encode())
+        h.update(repr(self.extra).encode())
+        self.trace_hash = h.hexdigest()
 
     def figure(self, scheme: str) -> float:
         s = self.schemes[scheme]

@@ -96,6 +96,16 @@ def test_across_datacenters_tensorhub_crosses_the_wan_about_once(seed: int) -> N
     assert o.schemes["naive"].wan_bytes == pytest.approx(sc.remote_rollouts * sc.size, rel=1e-6)
 
 
+def test_the_trace_hash_covers_the_baselines() -> None:
+    """#18: a change to a baseline alone (the store's hosts) changes the hash, though
+    TensorHub's run is the same event for event."""
+    sc = small("standalone", 3)
+    a, b = run(sc), run(sc.replace(storage_hosts=1))
+    assert a.schemes["tensorhub"] == b.schemes["tensorhub"] and a.events == b.events
+    assert a.schemes["storage"] != b.schemes["storage"]
+    assert a.trace_hash != b.trace_hash
+
+
 def test_same_seed_same_trace_hash() -> None:
     a, b, c = run(small("standalone", 3)), run(small("standalone", 3)), run(small("standalone", 4))
     assert a.trace_hash == b.trace_hash
