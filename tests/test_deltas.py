@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,8 @@ from tensorhub.core.delta import (
 )
 from tensorhub.core.errors import UnknownVersion
 from tensorhub.core.naming import shard_key
+from tensorhub.dataplane.fetch import FetchResult
+from tensorhub.hub import Hub, Published
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 from tensorhub.testing.hub_procs import HubProcs, Spec
 
@@ -90,13 +93,30 @@ def test_codec_refuses_malformed_deltas_with_a_clear_error() -> None:
 # -- on a cluster ---------------------------------------------------------------------------
 
 
+@dataclass
+class OnV1:
+    """A publisher in dc0 and a rollout in dc1 that holds v1 in ``into``."""
+
+    pub: Hub
+    far: Hub
+    w1: dict[str, torch.Tensor]
+    p1: Published
+    into: dict[str, torch.Tensor]
+    first: FetchResult
+
+
+async def on_v1(voters: list[Hub], rolls: list[Hub], mib: int = 4) -> OnV1:
+    pub, far = voters[0], rolls[1]  # rolls[1] is in dc1
+    w1 = weights(1, mib=mib)
+    p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
+    into = empty_like_manifest(p1.manifest)
+    return OnV1(pub, far, w1, p1, into, await far.fetch("policy", 1, into))
+
+
 async def test_a_delta_moves_a_fraction_and_rebuilds_bit_for_bit(tmp_path: Path) -> None:
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
-        pub, far = voters[0], rolls[1]  # rolls[1] is in dc1
-        w1 = weights(1, mib=4)
-        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
-        into = empty_like_manifest(p1.manifest)
-        first = await far.fetch("policy", 1, into)
+        v1 = await on_v1(voters, rolls)
+        pub, far, w1, p1, into, first = v1.pub, v1.far, v1.w1, v1.p1, v1.into, v1.first
         assert first.delta_base is None and first.bytes == p1.manifest.total_bytes
         w2 = step(w1, 2)
         p2 = await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
@@ -118,11 +138,8 @@ async def test_a_delta_moves_a_fraction_and_rebuilds_bit_for_bit(tmp_path: Path)
 
 async def test_a_corrupt_base_is_caught_by_digest_and_refetched_whole(tmp_path: Path) -> None:
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
-        pub, far = voters[0], rolls[1]
-        w1 = weights(1, mib=4)
-        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
-        into = empty_like_manifest(p1.manifest)
-        await far.fetch("policy", 1, into)
+        v1 = await on_v1(voters, rolls)
+        pub, far, w1, into = v1.pub, v1.far, v1.w1, v1.into
         into["embed"].view(-1)[:1000] = 0  # this node's v1 differs from the committed v1
         w2 = step(w1, 2)
         await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
@@ -134,11 +151,8 @@ async def test_a_corrupt_base_is_caught_by_digest_and_refetched_whole(tmp_path: 
 
 async def test_a_delta_from_a_version_not_held_here_goes_whole(tmp_path: Path) -> None:
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
-        pub, far = voters[0], rolls[1]
-        w1 = weights(1, mib=4)
-        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
-        into = empty_like_manifest(p1.manifest)
-        await far.fetch("policy", 1, into)
+        v1 = await on_v1(voters, rolls)
+        pub, far, w1, p1, into = v1.pub, v1.far, v1.w1, v1.p1, v1.into
         w2 = step(w1, 2)
         await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
         w3 = step(w2, 3)
@@ -198,11 +212,8 @@ async def test_a_delta_nobody_holds_any_more_costs_its_patience_not_the_deadline
     tmp_path: Path,
 ) -> None:
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
-        pub, far = voters[0], rolls[1]
-        w1 = weights(1, mib=2)
-        p1 = await pub.publish("policy", 1, w1, chunk_size=CHUNK)
-        into = empty_like_manifest(p1.manifest)
-        await far.fetch("policy", 1, into)
+        v1 = await on_v1(voters, rolls, mib=2)
+        pub, far, w1, p1, into = v1.pub, v1.far, v1.w1, v1.p1, v1.into
         w2 = step(w1, 2)
         await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
         await pub._withdraw(shard_key(delta_model("policy"), 0), 2)  # its only holder
