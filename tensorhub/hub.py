@@ -80,9 +80,11 @@ SECRET_PROBE_TIMEOUT = 1.5
 down or slow is skipped (the cluster may be starting), so this bounds start's delay."""
 
 DELTA_PATIENCE = 10.0
-"""Seconds (at most half a fetch's timeout) a fetch spends getting a delta before it takes
-whole chunks instead: a committed delta whose every holder is gone must not cost the
-fetch its whole deadline."""
+"""Seconds (at most half a fetch's timeout) a fetch with a base here waits for the
+version's manifest (no holder by then: the version is gone, the fetch fails with
+NoHolder) and then for its delta (none by then: whole chunks instead). A version or delta
+whose every holder moved on must not cost the fetch its whole deadline (a launch's
+rollout a version behind waited 240 s for a v2 that every holder had overwritten)."""
 DELTAS_KEPT = 2
 """Delta objects of a model each node goes on serving (the newest ones): a rollout one
 version behind still finds the delta it needs; an older one fetches whole chunks."""
@@ -836,12 +838,20 @@ class Hub:
             droots = await self.registry.version(dmodel, version)
             if droots is None or shard >= len(droots):
                 return None
+        except TensorHubError:
+            return None
+        # The version's own manifest first: if nobody holds the version any more (every
+        # holder moved on to a newer one), that is the fetch's answer, within patience.
+        try:
+            manifest = await self.manifest(model, version, shard=shard, timeout=patience)
+        except TensorHubError:
+            self.fetch_totals["failed"] += 1
+            raise
+        try:
             dman = await self.manifest(dmodel, version, shard=shard, timeout=patience)
             delta = empty_like_manifest(dman)
-            droot = droots[shard]
             left = max(started + patience - loop.time(), 0.1)
-            dres = await self._fetch_whole(dmodel, version, delta, shard, droot, left)
-            manifest = await self.manifest(model, version, shard=shard, timeout=timeout)
+            dres = await self._fetch_whole(dmodel, version, delta, shard, droots[shard], left)
             index = deltas.index_of(delta, manifest.num_chunks)
         except TensorHubError as e:  # (DeltaError, NoHolder, TransferError, no quorum...)
             log.warning("%s v%d: fetching whole, the delta failed: %s", model, version, e)

@@ -25,7 +25,7 @@ from tensorhub.core.delta import (
 from tensorhub.core.errors import UnknownVersion
 from tensorhub.core.naming import shard_key
 from tensorhub.dataplane.fetch import FetchResult
-from tensorhub.hub import Hub, Published
+from tensorhub.hub import Hub, NoHolder, Published
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 from tensorhub.testing.hub_procs import HubProcs, Spec
 
@@ -225,3 +225,24 @@ async def test_a_delta_nobody_holds_any_more_costs_its_patience_not_the_deadline
         assert res.delta_base is None and res.bytes == p1.manifest.total_bytes
         assert tensor_digests(into) == tensor_digests(w2)
         assert took < 8.0
+
+
+async def test_a_version_every_holder_moved_on_from_fails_within_patience(
+    tmp_path: Path,
+) -> None:
+    """Regression (session 8): a rollout a version behind asked for a v2 that every holder
+    had overwritten with v3; it fetched v2's delta, then waited its whole timeout (240 s in
+    a launch) for v2's manifest. Now: NoHolder within the delta patience."""
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        v1 = await on_v1(voters, rolls, mib=2)
+        w2 = step(v1.w1, 2)
+        await v1.pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
+        await v1.pub._withdraw(shard_key("policy", 0), 2)  # v2's only holder lets it go
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(NoHolder, match="policy v2"):
+            await v1.far.fetch("policy", 2, v1.into, timeout=8.0)  # patience: 4 s
+        took = loop.time() - t0
+        print(f"gone: NoHolder after {took:.1f}s")
+        assert took < 8.0
+        assert tensor_digests(v1.into) == tensor_digests(v1.w1)  # v1 untouched

@@ -45,7 +45,9 @@ def test_a_hung_holder_in_our_rack_does_not_starve_the_fetch(tmp_path: Path) -> 
         c.pause("near")
         stopped = time.monotonic()
         try:
-            ((_t0, _t1, failures, received),) = c.call(["fetcher"], "result", MODEL, 1, tag="done")
+            ((_t0, _t1, failures, received, _delta),) = c.call(
+                ["fetcher"], "result", MODEL, 1, tag="done"
+            )
             print(f"fetch done {time.monotonic() - stopped:.1f}s after the stop: {failures}")
             print(f"bytes by source: {received} (near is {c.addr['near']})")
             ((digests,),) = c.call(["fetcher"], "digests", MODEL, 1)

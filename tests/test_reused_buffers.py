@@ -51,7 +51,7 @@ def test_a_retained_version_survives_engines_reusing_their_buffers(tmp_path: Pat
         # The retained v1 is still readable, bit for bit, by a newcomer.
         c.call(["late"], "prepare", MODEL, 1, None)
         c.call(["late"], "fetch", MODEL, 1, None)
-        ((_t0, _t1, failures, _src),) = c.call(["late"], "result", MODEL, 1, tag="done")
+        ((_t0, _t1, failures, _src, _delta),) = c.call(["late"], "result", MODEL, 1, tag="done")
         ((digests,),) = c.call(["late"], "digests", MODEL, 1)
         assert digests == tensor_digests(llm_like_state_dict(SIZE, seed=1)), failures
         assert failures.get("corrupt", 0) == 0, failures  # nobody served overwritten bytes
