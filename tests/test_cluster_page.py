@@ -94,7 +94,11 @@ async def test_cluster_json_and_metrics(tmp_path: Path) -> None:
 
 TOPOLOGY = {
     "model": {"dim": 64, "layers": 2, "vocab": 512, "heads": 2, "context": 16},
-    "run": {"versions": 8, "train_steps": 3, "chunk_mb": 0.25, "timeout_s": 300},
+    # Long enough that the page is read while the run goes on: chaos kills after v1, the
+    # test waits for gossip to see it, then a browser loads the page, 10 s before the end
+    # here with 48 versions. With 8, the run once ended first and the browser got no page
+    # (session 8's fresh-clone run).
+    "run": {"versions": 48, "train_steps": 3, "chunk_mb": 0.25, "timeout_s": 300},
     "nodes": [
         {"name": "trainer", "at": "dc1/rack1", "role": "trainer"},
         {"name": "a1", "at": "dc1/rack1", "voter": True},
@@ -156,6 +160,7 @@ def test_cluster_page_during_a_launch_shows_the_latest_version_and_a_killed_node
         f"--user-data-dir={tmp_path / 'profile'}",
         "--virtual-time-budget=4000",
     ]
+    assert run.is_alive(), "the launch ended before the browser could read its page"
     dom = subprocess.run(
         [*args, "--dump-dom", f"{url}/cluster"],
         capture_output=True,
@@ -170,7 +175,9 @@ def test_cluster_page_during_a_launch_shows_the_latest_version_and_a_killed_node
             timeout=120,
             check=True,
         )
+    dumped = time.monotonic()
     run.join(400)
+    print(f"the run went on {time.monotonic() - dumped:.1f}s after the page was read")
     assert result.get("ok"), out.getvalue()
     headline = html.unescape(re.sub(r"<[^>]+>", " ", dom.split('id="headline"')[1][:400]))
     m = re.search(r"policy v(\d+)", headline)
