@@ -198,16 +198,29 @@ def test_a_leader_crash_delays_the_fetches_not_their_outcome(seed: int) -> None:
     assert crash.schemes["tensorhub"].mean() >= calm.schemes["tensorhub"].mean()
 
 
-def test_a_wan_outage_stalls_the_remote_dc_and_it_still_finishes_with_one_copy(seed: int) -> None:
-    sc = small("crossdc", seed=seed % 1000, remote_seed=False)
+def _wan_outage(seed: int) -> None:
+    sc = small("crossdc", seed=seed, remote_seed=False)
     calm = run(sc)
     cut = run(sc.replace(wan_outage_s=(0.0, 40.0)))  # before any remote rollout pauses
     remote = [h for h in cut.schemes["tensorhub"].rollout_stall if h.startswith("h1.")]
     assert remote
     assert cut.schemes["tensorhub"].wan_bytes <= 1.3 * sc.size  # invariants checked in run
     mine, before = cut.schemes["tensorhub"].rollout_stall, calm.schemes["tensorhub"].rollout_stall
-    assert all(mine[h] >= before[h] for h in remote)
+    # The remote datacenter as a whole stalls longer. Not each rollout: one that pauses
+    # late can find its datacenter already served and its links quieter than in the calm
+    # run (seed 432: 0.386 s against 0.409 s), so a per-rollout comparison is no law.
+    assert sum(mine[h] for h in remote) > sum(before[h] for h in remote)
     assert cut.schemes["naive"].mean() > calm.schemes["naive"].mean()
+
+
+def test_a_wan_outage_stalls_the_remote_dc_and_it_still_finishes_with_one_copy(seed: int) -> None:
+    _wan_outage(seed % 1000)
+
+
+def test_wan_outage_regression_seed_432() -> None:
+    """TENSORHUB_SEED=1979059432 (a fresh-clone run, session 8; it failed at 241d7d3 too):
+    one late remote rollout stalled 23 ms less with the outage than without."""
+    _wan_outage(432)
 
 
 def test_a_sweep_moves_one_parameter_and_reports_it_with_a_plot(tmp_path: Path) -> None:
