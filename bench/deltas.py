@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from bench.common import machine, median, print_table, write_json
+from tensorhub.core.delta import LEVEL, decode_chunk, xor_zstd
 from tensorhub.demo.model import (
     TinyLM,
     TinyLMConfig,
@@ -92,7 +93,7 @@ class PairResult:
 
 def measure_pair(base: np.ndarray, new: np.ndarray) -> PairResult:
     """Every encoding of every chunk of ``new`` against ``base``, timed and checked."""
-    z, d = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+    z, d = zstandard.ZstdCompressor(level=LEVEL), zstandard.ZstdDecompressor()
     total = len(new)
     sizes = dict.fromkeys(ENCODINGS, 0)
     best = full = 0
@@ -101,12 +102,12 @@ def measure_pair(base: np.ndarray, new: np.ndarray) -> PairResult:
     enc_each = dict.fromkeys(ENCODINGS, 0.0)
     scratch = np.empty(CHUNK, np.uint8)
     encoders: dict[str, Callable[[np.ndarray, np.ndarray], bytes]] = {
-        "xor+zstd": lambda a, b: z.compress(np.bitwise_xor(a, b).tobytes()),
+        "xor+zstd": lambda a, b: xor_zstd(a, b, z),  # the codec deltas travel in
         "xor+lz4": lambda a, b: lz4.frame.compress(np.bitwise_xor(a, b).tobytes()),
         "sparse": lambda a, b: _sparse(a, b, z),
     }
     decoders: dict[str, Callable[[np.ndarray, bytes], np.ndarray]] = {
-        "xor+zstd": lambda a, blob: np.bitwise_xor(a, np.frombuffer(d.decompress(blob), np.uint8)),
+        "xor+zstd": lambda a, blob: decode_chunk(a, blob, d),
         "xor+lz4": lambda a, blob: np.bitwise_xor(
             a, np.frombuffer(lz4.frame.decompress(blob), np.uint8)
         ),

@@ -28,27 +28,11 @@ from tensorhub.dataplane.fetch import FetchResult
 from tensorhub.hub import Hub, NoHolder, Published
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 from tensorhub.testing.hub_procs import HubProcs, Spec
+from tensorhub.testing.weights import nudged
 
 from .test_hub import cluster, weights
 
 CHUNK = 1 << 20
-
-
-def step(
-    prev: dict[str, torch.Tensor], seed: int, fraction: float = 0.02
-) -> dict[str, torch.Tensor]:
-    """The next version as an RL step makes it: a small fraction of elements nudged by one
-    bf16 step (new tensors: the previous version stays published as it was)."""
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for name, old in prev.items():
-        t = old.clone()
-        if t.is_floating_point():
-            flat = t.view(-1)
-            hit = torch.rand(flat.numel(), generator=g) < fraction
-            flat[hit] = (flat[hit].float() * 1.01).to(t.dtype)
-        out[name] = t
-    return out
 
 
 # -- the codec ------------------------------------------------------------------------------
@@ -118,7 +102,7 @@ async def test_a_delta_moves_a_fraction_and_rebuilds_bit_for_bit(tmp_path: Path)
         v1 = await on_v1(voters, rolls)
         pub, far, w1, p1, into, first = v1.pub, v1.far, v1.w1, v1.p1, v1.into, v1.first
         assert first.delta_base is None and first.bytes == p1.manifest.total_bytes
-        w2 = step(w1, 2)
+        w2 = nudged(w1, 2)
         p2 = await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
         assert p2.committed
         res = await far.fetch("policy", 2, into)
@@ -141,7 +125,7 @@ async def test_a_corrupt_base_is_caught_by_digest_and_refetched_whole(tmp_path: 
         v1 = await on_v1(voters, rolls)
         pub, far, w1, into = v1.pub, v1.far, v1.w1, v1.into
         into["embed"].view(-1)[:1000] = 0  # this node's v1 differs from the committed v1
-        w2 = step(w1, 2)
+        w2 = nudged(w1, 2)
         await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
         res = await far.fetch("policy", 2, into)
         assert res.delta_base == 1 and res.delta_refused == 1  # the first chunk
@@ -153,9 +137,9 @@ async def test_a_delta_from_a_version_not_held_here_goes_whole(tmp_path: Path) -
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
         v1 = await on_v1(voters, rolls)
         pub, far, w1, p1, into = v1.pub, v1.far, v1.w1, v1.p1, v1.into
-        w2 = step(w1, 2)
+        w2 = nudged(w1, 2)
         await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
-        w3 = step(w2, 3)
+        w3 = nudged(w2, 3)
         await pub.publish("policy", 3, w3, chunk_size=CHUNK, delta_from=2)
         res = await far.fetch("policy", 3, into)  # its v1 is not v3's base
         assert res.delta_base is None and res.bytes == p1.manifest.total_bytes
@@ -214,7 +198,7 @@ async def test_a_delta_nobody_holds_any_more_costs_its_patience_not_the_deadline
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
         v1 = await on_v1(voters, rolls, mib=2)
         pub, far, w1, p1, into = v1.pub, v1.far, v1.w1, v1.p1, v1.into
-        w2 = step(w1, 2)
+        w2 = nudged(w1, 2)
         await pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
         await pub._withdraw(shard_key(delta_model("policy"), 0), 2)  # its only holder
         loop = asyncio.get_running_loop()
@@ -235,7 +219,7 @@ async def test_a_version_every_holder_moved_on_from_fails_within_patience(
     a launch) for v2's manifest. Now: NoHolder within the delta patience."""
     async with cluster(tmp_path, rollouts=2) as (voters, rolls):
         v1 = await on_v1(voters, rolls, mib=2)
-        w2 = step(v1.w1, 2)
+        w2 = nudged(v1.w1, 2)
         await v1.pub.publish("policy", 2, w2, chunk_size=CHUNK, delta_from=1)
         await v1.pub._withdraw(shard_key("policy", 0), 2)  # v2's only holder lets it go
         loop = asyncio.get_running_loop()

@@ -76,10 +76,16 @@ class DeltaIndex:
         return sum(1 for _, n in self.spans if n)
 
 
+def xor_zstd(base: np.ndarray, new: np.ndarray, z: zstandard.ZstdCompressor) -> bytes:
+    """``new`` against ``base`` (two uint8 arrays of one chunk): their XOR, compressed
+    (what ``bench/deltas.py`` measures as "xor+zstd", and what a delta carries)."""
+    return bytes(z.compress(np.bitwise_xor(base, new).data))
+
+
 def encode_chunk(base: np.ndarray, new: np.ndarray, z: zstandard.ZstdCompressor) -> bytes | None:
-    """The encoding of ``new`` against ``base`` (two uint8 arrays of one chunk), or None
-    where it would not save :data:`MIN_SAVING` of the chunk."""
-    enc = z.compress(np.bitwise_xor(base, new).data)
+    """The encoding of ``new`` against ``base`` (:func:`xor_zstd`), or None where it
+    would not save :data:`MIN_SAVING` of the chunk."""
+    enc = xor_zstd(base, new, z)
     return enc if len(enc) <= (1.0 - MIN_SAVING) * len(new) else None
 
 

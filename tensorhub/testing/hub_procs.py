@@ -27,7 +27,7 @@ from ..io.loop import run
 from ..io.tcp import local_addresses
 from ..io.tensors import empty_like_manifest, tensor_digests
 from .netns import enter
-from .weights import llm_like_state_dict
+from .weights import llm_like_state_dict, nudged
 
 SECRET = "tensorhub-test-cluster"
 
@@ -63,16 +63,7 @@ class _Worker:
         if cmd == "step":  # model, old, new, fraction, seed: v_new a small step from v_old,
             # published with a delta from it (v_old stays served: the delta needs it)
             model, old, new, fraction, seed = args
-            g = torch.Generator().manual_seed(seed)
-            sd = {}
-            for name, before in self.buffers[(model, old)].items():
-                t = before.clone()
-                if t.is_floating_point() and t.numel():
-                    flat = t.view(-1)
-                    hit = torch.rand(flat.numel(), generator=g) < fraction
-                    flat[hit] = (flat[hit].float() * 1.01).to(t.dtype)
-                sd[name] = t
-            self.buffers[(model, new)] = sd
+            sd = self.buffers[(model, new)] = nudged(self.buffers[(model, old)], seed, fraction)
             pub = await hub.publish(model, new, sd, delta_from=old)
             return ("ok", pub.committed)
         if cmd == "serve":  # model, version, size, seed: a plain holder, no registry

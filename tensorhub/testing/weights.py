@@ -23,3 +23,21 @@ def llm_like_state_dict(total: int, seed: int = 0) -> dict[str, torch.Tensor]:
         elems = nbytes // dt.itemsize
         sd[f"layers.{i}.mlp.weight"] = torch.randn(elems, generator=g).to(dt)
     return sd
+
+
+def nudged(
+    prev: dict[str, torch.Tensor], seed: int, fraction: float = 0.02
+) -> dict[str, torch.Tensor]:
+    """The next version as an RL step makes it: a ``fraction`` of the floating-point
+    elements moved by 1 % (a bf16 step or so), the rest unchanged, in new tensors (the
+    previous version stays published as it was): what a delta from ``prev`` is made of."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, old in prev.items():
+        t = old.clone()
+        if t.is_floating_point() and t.numel():
+            flat = t.view(-1)
+            hit = torch.rand(flat.numel(), generator=g) < fraction
+            flat[hit] = (flat[hit].float() * 1.01).to(t.dtype)
+        out[name] = t
+    return out
