@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from tensorhub.launch import TopologyError, default, from_dict, launch
@@ -111,18 +114,26 @@ def test_three_versions_with_chaos_kills_end_verified(tmp_path: Path) -> None:
 def test_deltas_cross_the_wan_instead_of_versions(tmp_path: Path) -> None:
     """Issue #21, end to end in processes: with ``run.deltas`` at an RL learning rate, v1
     crosses the WAN whole, every later version as a delta from the one before (a few
-    percent of the model, once into dc2), and every rollout holds the trainer's bytes."""
+    percent of the model, once into dc2), and every rollout holds the trainer's bytes.
+    Deltas and the learning rate are turned on from the command line (the YAML has
+    neither), as a user would: ``tensorhub launch FILE --deltas --lr 1e-6``."""
     topo = {
         **SMALL,
         "model": {"dim": 128, "layers": 2, "vocab": 1024, "heads": 2, "context": 16},
         # The trainer waits for every rollout before it trains on, so none falls a version
         # behind (one that does fetches whole: its base is not the delta's).
-        "run": {**SMALL["run"], "lr": 1e-6, "deltas": True, "copies_before_reuse": 6},  # type: ignore[dict-item]
+        "run": {**SMALL["run"], "copies_before_reuse": 6},  # type: ignore[dict-item]
         "chaos": {},
         "http": False,
     }
-    out = tmp_path / "results.json"
-    launch(from_dict(topo), json_path=out, progress=False, console=Console(quiet=True))
+    path, out = tmp_path / "topology.yaml", tmp_path / "results.json"
+    path.write_text(yaml.safe_dump(topo))
+    exe = Path(sys.executable).parent / "tensorhub"
+    cmd = [str(exe), "launch", str(path), "--deltas", "--lr", "1e-6", "--no-progress"]
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=380, check=False
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["ok"] and data["failures"]["wrong_weights"] == 0
     assert not data["fetch_failures"], data["fetch_failures"]
