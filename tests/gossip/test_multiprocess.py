@@ -166,4 +166,8 @@ async def _kill_two_then_restart(cluster: Cluster, obs: Observer) -> None:
         v = await obs.view(a)
         assert not v.holders, f"{a} resurrected old holder entries: {v.holders}"
         incs = {u.name: u.inc for u in v.members}
-        assert incs["node6"] == cluster.inc["node6"] and incs["node7"] == cluster.inc["node7"]
+        for n in ("node6", "node7"):
+            # At least the incarnation the restart began with: a loaded machine may have
+            # had a peer suspect the new process, which refutes by bumping it again (CI
+            # saw 3 where the restart began at 2). Never the dead process's incarnation.
+            assert incs[n] >= cluster.inc[n] > old[n], (a, n, incs[n], cluster.inc[n], old[n])
