@@ -67,6 +67,7 @@ class Network:
         self._ids = 0
         self._last = 0.0
         self._next: _Event | None = None
+        self._settle: _Event | None = None
 
     def start(
         self,
@@ -100,7 +101,7 @@ class Network:
             self.flows[f.id] = f
             for link in f.path:
                 link.flows[f.id] = f
-            self._reallocate()
+            self._changed()
 
         if latency > 0:
             self.engine.later(latency, begin)
@@ -112,7 +113,7 @@ class Network:
         """Change a link's rate now (0: cut; its flows stall until it comes back)."""
         self._advance()
         link.capacity = capacity
-        self._reallocate()
+        self._changed()
 
     def cancel(self, t: Transfer) -> None:
         """Stop a transfer (its sender or receiver died): its ``done`` is never called."""
@@ -123,7 +124,21 @@ class Network:
             del self.flows[f.id]
             for link in f.path:
                 del link.flows[f.id]
-            self._reallocate()
+            self._changed()
+
+    def _changed(self) -> None:
+        """Rates are stale: recompute them once this instant's other events have run.
+        Flows start, end and are cancelled in bursts at one instant (a completion starts
+        the next request; a pause starts a pull from every trainer host), and each
+        progressive filling costs O(flows x hops): one filling per instant instead of one
+        per change. Nothing moves in between (no virtual time passes), so the rates are the
+        same as with a filling after every change."""
+        if self._settle is None:
+            self._settle = self.engine.later(0.0, self._settled)
+
+    def _settled(self) -> None:
+        self._settle = None
+        self._reallocate()
 
     def _advance(self) -> None:
         dt = self.engine.now - self._last
@@ -216,6 +231,6 @@ class Network:
             del self.flows[f.id]
             for link in f.path:
                 del link.flows[f.id]
-        self._reallocate()
+        self._changed()
         for f in finished:  # in start order: deterministic
             f.done()

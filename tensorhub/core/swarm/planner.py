@@ -139,11 +139,17 @@ class SourceInfo:
     blocked_until: int = 0
     banned: bool = False
     seen_at: int = 0  # tick the holder view last listed it (it is alive)
+    rank: int = field(init=False, default=0)
+    """Preference order (lower first): by tier; an origin after its whole datacenter. A
+    field, not a property: every planning call reads it for every source (13.7 M reads in
+    a 4,096-GPU simulation), and only ``place`` changes what it derives from."""
 
-    @property
-    def rank(self) -> int:
-        """Preference order (lower first): by tier; an origin after its whole datacenter."""
-        return 2 * max(self.tier, 2 if self.origin else 0) + self.origin
+    def __post_init__(self) -> None:
+        self.place(self.tier, self.origin)
+
+    def place(self, tier: int, origin: bool) -> None:
+        self.tier, self.origin = tier, origin
+        self.rank = 2 * max(tier, 2 if origin else 0) + origin
 
 
 class Request(NamedTuple):
@@ -362,7 +368,7 @@ class ChunkPlanner:
         else:
             if src.tier != tier:
                 self._rack = None
-            src.tier, src.origin = tier, origin
+            src.place(tier, origin)
             src.seen_at = self.now
         if full:
             if name not in self._full:
@@ -550,15 +556,13 @@ class ChunkPlanner:
         self._expire_blocks()
         if self.cfg.relay and (relayed := self._relayed(budget)) is not None:
             return relayed
-        usable = {n: s for n, s in self.sources.items() if self._usable(s)}
-        free = {n for n, s in usable.items() if s.inflight < self.cfg.per_source}
+        rank_of, free = self._usable_ranks()
         if not free:
             return []
         if not any(self._buckets.values()) and not self._asleep:
             if self._missing > self.cfg.endgame_chunks:
                 return []
-            return self._endgame(usable, free, budget)
-        rank_of = {n: s.rank for n, s in usable.items()}
+            return self._endgame(rank_of, free, budget)
         if self._nearest_all_busy(rank_of, free):
             return []
         out: list[Request] = []
@@ -589,6 +593,20 @@ class ChunkPlanner:
             if best >= 2 * WAN_TIER:
                 self.wan_requests += 1
         return out
+
+    def _usable_ranks(self) -> tuple[dict[str, int], set[str]]:
+        """The usable sources' ranks, and which of them have room for a request: one pass
+        over the sources, since this runs after every completed chunk for every source the
+        holder view lists (three passes were a sixth of a 4,096-GPU simulation)."""
+        now, per_source = self.now, self.cfg.per_source
+        rank_of: dict[str, int] = {}
+        free: set[str] = set()
+        for n, s in self.sources.items():
+            if not s.banned and s.blocked_until <= now:
+                rank_of[n] = s.rank
+                if s.inflight < per_source:
+                    free.add(n)
+        return rank_of, free
 
     def _nearest_all_busy(self, rank_of: dict[str, int], free: set[str]) -> bool:
         """Whether no chunk can be asked of anyone now, decided without a scan: every
@@ -836,7 +854,7 @@ class ChunkPlanner:
         self._picked += 1
         return Request(source, chunk, duplicate)
 
-    def _endgame(self, usable: dict[str, SourceInfo], free: set[str], budget: int) -> list[Request]:
+    def _endgame(self, rank_of: dict[str, int], free: set[str], budget: int) -> list[Request]:
         out: list[Request] = []
         for c in sorted(self._chunks, key=self._rank.__getitem__):
             if len(out) >= budget or not free:
@@ -847,14 +865,14 @@ class ChunkPlanner:
             cands = [
                 n
                 for n in self._holders_of(c)
-                if n in usable and n not in st.requested and (n, c) not in self._blocked
+                if n in rank_of and n not in st.requested and (n, c) not in self._blocked
             ]
             if not cands:
                 continue
-            best = min(usable[n].rank for n in cands)
+            best = min(rank_of[n] for n in cands)
             if best >= 2 * WAN_TIER:
                 continue  # a duplicate never crosses the WAN: that is the traffic we save
-            src = self._least_loaded([n for n in cands if usable[n].rank == best and n in free])
+            src = self._least_loaded([n for n in cands if rank_of[n] == best and n in free])
             if src is not None:
                 out.append(self._request(src, c, duplicate=True))
                 if self.sources[src].inflight >= self.cfg.per_source:
