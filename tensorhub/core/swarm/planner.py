@@ -62,6 +62,7 @@ from ..gossip.holders import SAME_RACK
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
 _NONE = 1 << 30  # "no rank": no holder of a chunk may be asked now
+_NEVER = 1 << 62  # a tick no fetch reaches
 RELAY_PATIENCE = 3
 """Times a relay's upstream may say it lacks a chunk ahead of what it holds before the
 chunk is left to the swarm (a live upstream gets it within a few ticks)."""
@@ -240,6 +241,14 @@ class ChunkPlanner:
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._assumed: set[str] = set()  # members relay took for links before they held any
+        self._kept: dict[str, int] | None = None
+        """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
+        peer's announcement nothing about the sources changed, and rebuilding it walked
+        every source the holder view lists on every call. None: rebuild it (a source came,
+        went, moved, or was backed off); also rebuilt at ``_kept_until``, the first tick
+        a backed-off source may be asked again. Callers only read it."""
+        self._room: set[str] = set()  # of those, the ones below ``per_source`` in flight
+        self._kept_until = 0
         self.wan_requests = 0
         for c in range(num_chunks):
             if not self.have[c]:
@@ -365,9 +374,12 @@ class ChunkPlanner:
         if src is None:
             src = self.sources[name] = SourceInfo(tier, set(), origin, seen_at=self.now)
             self._rack = None
+            self._kept = None
         else:
             if src.tier != tier:
                 self._rack = None
+            if (src.tier, src.origin) != (tier, origin):
+                self._kept = None  # its rank moved
             src.place(tier, origin)
             src.seen_at = self.now
         if full:
@@ -386,6 +398,7 @@ class ChunkPlanner:
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
             self._rack = None
+            self._kept = None
         if src is not None:
             src.seen_at = self.now
             if chunk not in src.chunks:
@@ -398,6 +411,7 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is not None:
             src.blocked_until = max(src.blocked_until, self.now + ticks)
+            self._kept = None
 
     def seen(self, name: str) -> None:
         """The holder view lists ``name`` as alive now (without news of its chunks)."""
@@ -411,6 +425,7 @@ class ChunkPlanner:
         self._assumed.discard(name)  # (relay's links are sources: a dead one is neither)
         if src is not None:
             self._rack = None
+            self._kept = None
             for c in self._rack_waiting:  # perhaps it was their rack owner: look again
                 if self._asleep.pop(c, None) is not None:
                     self._return(c)
@@ -478,6 +493,7 @@ class ChunkPlanner:
         src = self.sources.get(source)
         if src is None:
             return
+        self._kept = None  # it may be backed off or banned below
         if why == Failure.CORRUPT:
             src.strikes += 1
             src.banned = src.strikes >= self.cfg.max_strikes
@@ -504,7 +520,7 @@ class ChunkPlanner:
     def _release(self, source: str) -> None:
         src = self.sources.get(source)
         if src is not None and src.inflight > 0:
-            src.inflight -= 1
+            self._in_flight(source, src, -1)
 
     # -- output --------------------------------------------------------------------------------
 
@@ -595,18 +611,36 @@ class ChunkPlanner:
         return out
 
     def _usable_ranks(self) -> tuple[dict[str, int], set[str]]:
-        """The usable sources' ranks, and which of them have room for a request: one pass
-        over the sources, since this runs after every completed chunk for every source the
-        holder view lists (three passes were a sixth of a 4,096-GPU simulation)."""
-        now, per_source = self.now, self.cfg.per_source
-        rank_of: dict[str, int] = {}
-        free: set[str] = set()
-        for n, s in self.sources.items():
-            if not s.banned and s.blocked_until <= now:
-                rank_of[n] = s.rank
+        """The usable sources' ranks (not to be changed), and a set of those with room for
+        a request (the caller's to change). Every planning call needs them (three passes
+        over the sources per call were a sixth of a 4,096-GPU simulation), so they are
+        kept: rebuilt only when the sources changed or a back-off ended, the room kept
+        current by :meth:`_in_flight`."""
+        if self._kept is None or self.now >= self._kept_until:
+            now, per_source = self.now, self.cfg.per_source
+            ranks: dict[str, int] = {}
+            room: set[str] = set()
+            until = _NEVER
+            for n, s in self.sources.items():
+                if s.banned:
+                    continue
+                if s.blocked_until > now:
+                    until = min(until, s.blocked_until)
+                    continue
+                ranks[n] = s.rank
                 if s.inflight < per_source:
-                    free.add(n)
-        return rank_of, free
+                    room.add(n)
+            self._kept, self._room, self._kept_until = ranks, room, until
+        return self._kept, set(self._room)
+
+    def _in_flight(self, name: str, src: SourceInfo, delta: int) -> None:
+        """``delta`` more requests in flight to ``src``; its room in the kept usable set."""
+        src.inflight += delta
+        if self._kept is not None and name in self._kept:
+            if src.inflight < self.cfg.per_source:
+                self._room.add(name)
+            else:
+                self._room.discard(name)
 
     def _nearest_all_busy(self, rank_of: dict[str, int], free: set[str]) -> bool:
         """Whether no chunk can be asked of anyone now, decided without a scan: every
@@ -668,6 +702,7 @@ class ChunkPlanner:
             if src is None:  # a member not yet heard of as a holder: it will be one
                 src = self.sources[name] = SourceInfo(RACK_TIER, set(), seen_at=self.now)
                 self._assumed.add(name)
+                self._kept = None
                 self._rack = None
             if self._usable(src):
                 return name
@@ -850,7 +885,7 @@ class ChunkPlanner:
         st = self._chunks.setdefault(chunk, _Chunk())
         st.requested[source] = duplicate
         self._unbucket(chunk)
-        self.sources[source].inflight += 1
+        self._in_flight(source, self.sources[source], +1)
         self._picked += 1
         return Request(source, chunk, duplicate)
 
