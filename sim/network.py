@@ -190,9 +190,14 @@ class Network:
     def _fill(self) -> None:
         """Max-min fair rates by progressive filling.
 
-        The link that fills first is popped from a heap keyed by its fair share (stale
-        entries are skipped), so a reallocation costs O((links + flows x hops) log links)
-        instead of a scan of every link per frozen level.
+        The link that fills first is popped from a heap keyed by its fair share, so a
+        reallocation costs O((links + flows x hops) log links) instead of a scan of every
+        link per frozen level. Keys are lazy: freezing flows at the least share only ever
+        raises the shares of the other links they cross, so a key is a lower bound of its
+        link's share, and a popped link whose share has risen goes back in at its share.
+        Pushing every touched link at every level instead was 13 M heap operations in a
+        4,096-GPU simulation, most of them for links that never came up before they moved
+        again. The order links fill in (by share, then name) is the same either way.
         """
         stamp = next(_ROUNDS)
         heap: list[tuple[float, str, Link]] = []
@@ -203,12 +208,16 @@ class Network:
                     link.stamp, link.left, link.active = stamp, link.capacity, len(link.flows)
                     heap.append((link.left / link.active, link.name, link))
         heapq.heapify(heap)  # names are unique: a tie never compares the links
+        heappop, heappush = heapq.heappop, heapq.heappush
         while heap:
-            share, _, link = heapq.heappop(heap)
+            key, name, link = heappop(heap)
             n = link.active
-            if n <= 0 or share != link.left / n:
-                continue  # stale: this link's share changed since it was pushed
-            touched: dict[Link, None] = {}  # ordered: the same heap as one push per change
+            if n <= 0:
+                continue  # every flow through it froze at another link
+            share = link.left / n
+            if share != key:
+                heappush(heap, (share, name, link))  # it rose since: back in at its share
+                continue
             for f in link.flows.values():
                 if f.frozen == stamp:
                     continue
@@ -217,11 +226,7 @@ class Network:
                 for lk in f.path:
                     lk.left -= share
                     lk.active -= 1
-                    touched[lk] = None
             link.active = 0
-            for lk in touched:  # once per link, at its share after this level froze
-                if lk.active > 0:
-                    heapq.heappush(heap, (lk.left / lk.active, lk.name, lk))
 
     def _complete(self) -> None:
         self._next = None
