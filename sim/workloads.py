@@ -376,6 +376,23 @@ def standalone(sc: Scenario) -> Outcome:
     )
 
 
+def standalone_swarm_only(sc: Scenario) -> dict[str, float]:
+    """The standalone workload's TensorHub run alone (its control plane and swarm, no
+    baseline): what the simulator's scale is measured on (``bench/sim_scale.py``)."""
+    c = Cluster.build(sc.topology)
+    trainers, rollouts, _ = _place(sc, c)
+    pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
+    ctl = _control(sc, len(trainers) + len(rollouts))
+    th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause))
+    mine = th.scheme(pause, sc)
+    lb = sc.size / sc.nic
+    return {
+        "events": th.events,
+        "mean_over_bound": mine.mean() / lb,
+        "worst_over_bound": mine.worst() / lb,
+    }
+
+
 def _versus(name: str, base: float, mine: float) -> Versus:
     return Versus(name, base / mine)
 

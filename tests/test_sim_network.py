@@ -8,8 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim.__main__ import SCENARIOS
 from sim.engine import Engine
-from sim.network import Link, Network
+from sim.network import INF, Link, Network
+from sim.scenario import load
+from sim.workloads import run
 
 
 def test_one_flow_takes_size_over_capacity_plus_latency() -> None:
@@ -90,3 +93,59 @@ def test_same_inputs_same_trace() -> None:
 
     assert run(7) == run(7)
     assert run(7) != run(8)
+
+
+def _refill_everything(net: Network) -> dict[int, tuple[float, float | None]]:
+    """Every flow's rate and cap as a filling of the whole network from scratch gives them
+    (what ``Network`` did before it refilled only stale flows); the network is left as it
+    was."""
+    saved = {f.id: (f.rate, f.cap.capacity if f.cap else None) for f in net.flows.values()}
+    everything = list(net.flows.values())
+    followers = [f for f in everything if f.cap is not None]
+    for f in followers:
+        assert f.cap is not None
+        f.cap.capacity = INF
+    for _ in range(len(followers) + 1):
+        net._fill(everything)
+        changed = False
+        for f in followers:
+            changed |= net._cap(f)
+        if not changed:
+            break
+    out = {f.id: (f.rate, f.cap.capacity if f.cap else None) for f in everything}
+    for f in everything:
+        f.rate, cap = saved[f.id]
+        if f.cap is not None and cap is not None:
+            f.cap.capacity = cap
+    return out
+
+
+@pytest.mark.parametrize(("kind", "seed"), [("crossdc", 3), ("elastic", 5), ("standalone", 2)])
+def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
+    kind: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network refills only the flows that share links (transitively) with a change,
+    and their followers; at every reallocation of a whole scenario (TensorHub's
+    cut-through swarm and every baseline), each flow's rate and cap must equal what
+    refilling every flow from scratch gives, bit for bit."""
+    print(f"[seed] {kind} seed={seed} (TENSORHUB_SEED={seed})")
+    checked = [0]
+    incremental = Network._reallocate
+
+    def checking(net: Network) -> None:
+        incremental(net)
+        want = _refill_everything(net)
+        for f in net.flows.values():
+            got = (f.rate, f.cap.capacity if f.cap else None)
+            assert got == want[f.id], (net.engine.now, f.tag, got, want[f.id])
+        checked[0] += 1
+
+    monkeypatch.setattr(Network, "_reallocate", checking)
+    small = {
+        "crossdc": {"trainer_hosts": 4, "rollout_hosts": 16, "remote_rollouts": 8},
+        "elastic": {"trainer_hosts": 4, "rollout_hosts": 12, "joiners": 12, "preempt": 0.25},
+        "standalone": {"trainer_hosts": 4, "rollout_hosts": 16},
+    }[kind]
+    sc = load(SCENARIOS / f"{kind}.yaml").replace(seed=seed, strong_baselines=False, **small)
+    run(sc)
+    assert checked[0] > 100

@@ -1,0 +1,101 @@
+"""How large a simulation runs in how long (issue #18's scale targets).
+
+Each row is one run of the standalone workload (``sim/scenarios/standalone.yaml``)
+scaled by a factor: 32 trainer hosts, 96 rollout hosts and 16 racks of 8 hosts per
+factor, 8 GPUs a host (factor 1 is the paper's 1,024 GPUs; 4 is 4,096; 10 is 10,240).
+"all baselines" runs what ``python -m sim run`` runs (TensorHub, staged TensorHub, NCCL,
+UCX, storage and the strong baselines); "TensorHub only" its control plane and swarm
+alone. Every figure is wall seconds on this machine against the target #18 sets, and
+simulated events per wall second; each run is a fresh process, one after the other.
+
+    python bench/sim_scale.py                      # 1,024 all; 4,096 TensorHub; 10,240 TensorHub
+    python bench/sim_scale.py --runs 1:all,4:all   # the 4,096-GPU run with every baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine, print_table, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TARGET_S = {(1, "all"): 30.0, (4, "all"): 120.0, (4, "th"): 120.0, (10, "th"): 60.0}
+"""#18's acceptance: 1,024 GPUs with all baselines <= 30 s, 4,096 <= 120 s, 10,000 nodes
+TensorHub only <= 60 s (a 4,096-GPU TensorHub-only run is held to the 4,096 target)."""
+
+_CHILD = """
+import json, sys, time
+from sim.scenario import load
+from sim import workloads
+k, what = int(sys.argv[1]), sys.argv[2]
+sc = load("sim/scenarios/standalone.yaml").replace(
+    trainer_hosts=32 * k, rollout_hosts=96 * k, **{"topology.racks_per_dc": 16 * k})
+t = time.perf_counter()
+if what == "th":
+    out = workloads.standalone_swarm_only(sc)
+else:
+    o = workloads.run(sc)
+    out = {"events": o.events, "mean_over_bound": o.over_lb_mean,
+           "worst_over_bound": o.over_lb_worst}
+out["wall_s"] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+def run_one(factor: int, what: str, timeout: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(factor), what],
+            cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=True,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"wall_s": None, "timed_out_after_s": timeout}
+    out: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    out["process_s"] = time.perf_counter() - t0
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default="1:all,4:th,10:th", help="FACTOR:all|th, comma-separated")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rows, results = [], []
+    for item in a.runs.split(","):
+        k, what = item.split(":")
+        factor = int(k)
+        r = run_one(factor, what, a.timeout)
+        target = TARGET_S.get((factor, what))
+        r.update(factor=factor, gpus=1024 * factor, what=what, target_s=target)
+        results.append(r)
+        wall = r["wall_s"]
+        rows.append([
+            f"{1024 * factor:,}", "all baselines" if what == "all" else "TensorHub only",
+            f"{wall:.1f}" if wall is not None else f"> {a.timeout:.0f}",
+            f"{target:.0f}" if target else "-",
+            f"{wall / target:.2f}" if wall is not None and target else "-",
+            f"{r['events'] / wall:,.0f}" if wall else "-",
+            f"{r['mean_over_bound']:.2f} / {r['worst_over_bound']:.2f}" if wall else "-",
+        ])  # fmt: skip
+    print_table(
+        "simulator scale (standalone workload)",
+        ["GPUs", "runs", "wall s", "target s", "wall / target", "events / s", "TH mean / worst"],
+        rows,
+    )
+    write_json(a.json, {"machine": machine(), "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
