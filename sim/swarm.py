@@ -299,9 +299,8 @@ class Swarm:
         session.advance(int(self.e.now / self.tick))
         if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
             node.seen_tick = p.now
-            for name in p.sources:  # the holder view's liveness (a crash is noticed at once)
-                if not self.nodes[name].dead:
-                    session.seen(name)
+            nodes = self.nodes  # the holder view's liveness (a crash is noticed at once)
+            session.seen_all([name for name in p.sources if not nodes[name].dead])
         self._perform(f, session.requests(self.e.now))
         if not node.inflight:
             self._wake_later(f)
@@ -422,13 +421,14 @@ class Swarm:
             active.remove(f)
         # As the node: our datacenter's fetchers, and its other live members (gossip learns
         # who fetches too late for fetchers alone to be the candidate WAN owners).
-        members = [
+        members = sorted(
             n for n, node in self.nodes.items() if not node.dead and self.c.hosts[n].dc == dc
-        ]
+        )
+        fetchers = sorted(active)  # (sorted once here, not by each planner)
         for g in active:
             session = self.nodes[g].session
             if session is not None:
-                session.set_dc_fetchers(active, members)
+                session.set_dc_fetchers(fetchers, members)
                 if g != f:
                     self._pump(g)  # turns changed: a chunk it waited on may be its own now
 

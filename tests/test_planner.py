@@ -315,7 +315,7 @@ def test_a_chunk_whose_rack_mate_is_busy_waits_for_it_not_for_the_owners_turn() 
     p.failed(theirs, "mate", Failure.REFUSED)
     for _ in range(4):
         p.tick()
-        p.seen("mate")
+        p.seen_all(["mate"])
         assert p.next_requests() == []
     p.tick()
     assert [(r.source, r.chunk) for r in p.next_requests()] == [("mate", theirs)]

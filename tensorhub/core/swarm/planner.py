@@ -413,11 +413,13 @@ class ChunkPlanner:
             src.blocked_until = max(src.blocked_until, self.now + ticks)
             self._kept = None
 
-    def seen(self, name: str) -> None:
-        """The holder view lists ``name`` as alive now (without news of its chunks)."""
-        src = self.sources.get(name)
-        if src is not None:
-            src.seen_at = self.now
+    def seen_all(self, names: Iterable[str]) -> None:
+        """The holder view lists ``names`` as alive now (without news of their chunks)."""
+        sources, now = self.sources, self.now
+        for name in names:
+            src = sources.get(name)
+            if src is not None:
+                src.seen_at = now
 
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool."""
@@ -446,8 +448,14 @@ class ChunkPlanner:
     def set_dc_fetchers(self, names: Iterable[str], members: Iterable[str] = ()) -> None:
         """Live nodes of our datacenter fetching this version (us included), and its other
         live members: the candidate WAN owners."""
-        fetchers = sorted({*names, self.me})
-        others = sorted(set(members) - set(fetchers))
+        # Sorted and without repeats, as sorted(set(...)) would be, but in O(n) when the
+        # driver passes them sorted (the simulator, at every fetch's start and end, to each
+        # fetcher of the datacenter: sorting sets was a sixth of a 10,000-GPU run).
+        fetchers = list(dict.fromkeys(sorted(names)))
+        if self.me not in fetchers:
+            insort(fetchers, self.me)
+        ours = set(fetchers)
+        others = [m for m in dict.fromkeys(sorted(members)) if m not in ours]
         if fetchers != self.dc_fetchers or others != self.dc_members:
             self.dc_fetchers, self.dc_members = fetchers, others
             self._rack = None

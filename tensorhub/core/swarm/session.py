@@ -172,9 +172,9 @@ class FetchSession:
         self.planner.add_chunk(name, chunk, tier)
 
     @_input
-    def seen(self, name: str) -> None:
-        """The holder view lists ``name`` as alive now."""
-        self.planner.seen(name)
+    def seen_all(self, names: Sequence[str]) -> None:
+        """The holder view lists ``names`` as alive now (one input for a whole listing)."""
+        self.planner.seen_all(names)
 
     @_input
     def suspend(self, name: str, ticks: int) -> None:
