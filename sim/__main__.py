@@ -75,7 +75,7 @@ def run_all(scs: list[Scenario]) -> list[Outcome]:
     return [done[i] for i in range(len(scs))]
 
 
-_COST = {"standalone": 32.0, "broadcast": 25.0, "crossdc": 14.0, "elastic": 14.0}
+_COST = {"standalone": 16.0, "broadcast": 15.0, "crossdc": 9.0, "elastic": 7.5}
 """Seconds one run of each takes on this machine (2 cores): only the pool's order uses it."""
 
 
