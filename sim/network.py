@@ -220,9 +220,9 @@ class Network:
 
     def _reallocate(self) -> None:
         """Max-min fair rates of the stale flows (:meth:`_component`), capping flows that
-        caught up with their upstream at its rate (a few rounds: a chain of followers
-        settles top-down); then schedule the next event: a completion, or a follower
-        catching up."""
+        caught up with their upstream at its rate (in rounds until no cap moves: a chain of
+        followers settles top-down); then schedule the next event: a completion, or a
+        follower catching up."""
         self._mark_caught_up()
         comp = self._component()
         followers = [f for f in comp if f.cap is not None]
