@@ -6,7 +6,8 @@ factor, 8 GPUs a host (factor 1 is the paper's 1,024 GPUs; 4 is 4,096; 10 is 10,
 "all baselines" runs what ``python -m sim run`` runs (TensorHub, staged TensorHub, NCCL,
 UCX, storage and the strong baselines); "TensorHub only" its control plane and swarm
 alone. Every figure is wall seconds on this machine against the target #18 sets, and
-simulated events per wall second; each run is a fresh process, one after the other.
+TensorHub's simulated events per wall second (the baselines' events are not counted);
+each run is a fresh process, one after the other.
 
     python bench/sim_scale.py                      # 1,024 all; 4,096 TensorHub; 10,240 TensorHub
     python bench/sim_scale.py --runs 1:all,4:all   # the 4,096-GPU run with every baseline
@@ -90,7 +91,7 @@ def main() -> int:
         ])  # fmt: skip
     print_table(
         "simulator scale (standalone workload)",
-        ["GPUs", "runs", "wall s", "target s", "wall / target", "events / s", "TH mean / worst"],
+        ["GPUs", "runs", "wall s", "target s", "wall / target", "TH events / s", "TH mean / worst"],
         rows,
     )
     write_json(a.json, {"machine": machine(), "results": results})
