@@ -243,9 +243,12 @@ class Network:
             self._next.cancelled = True
             self._next = None
         if self.flows:
-            wait = min(
-                max(f.remaining, 0.0) / f.rate if f.rate > 0 else INF for f in self.flows.values()
-            )
+            wait = INF
+            for f in self.flows.values():  # (a loop: this runs for every flow, every event)
+                rate = f.rate
+                if rate > 0:
+                    left = f.remaining / rate if f.remaining > 0 else 0.0
+                    wait = min(wait, left)
             for ups in self._followers.values():
                 for f in ups:
                     up = f.upstream

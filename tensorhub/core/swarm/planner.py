@@ -775,18 +775,20 @@ class ChunkPlanner:
         """One pass over ``c``'s holders: the best rank, and the least-loaded free source at
         that rank (a chunk is only ever asked of its nearest holders); (_NONE, None) if no
         holder may be asked."""
-        best, src = _NONE, None
-        blocked = self._blocked
+        # (Locals, and the source's load kept beside it: a pass per candidate chunk over
+        # its holders, 4.8 M of them in a 10,240-GPU simulation.)
+        best, src, load = _NONE, None, 0
+        blocked, sources, rank = self._blocked, self.sources, rank_of.get
         for n in self._holders_of(c):
-            r = rank_of.get(n)
-            if r is None or r > best or (n, c) in blocked:
+            r = rank(n)
+            if r is None or r > best or (blocked and (n, c) in blocked):
                 continue
             if r < best:
                 best, src = r, None
-            if n in free and (
-                src is None or (self.sources[n].inflight, n) < (self.sources[src].inflight, src)
-            ):
-                src = n
+            if n in free:
+                inflight = sources[n].inflight
+                if src is None or (inflight, n) < (load, src):
+                    src, load = n, inflight
         return best, src
 
     def _may_go(self, c: int, best: int) -> bool:
