@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import xxhash
 
 
-@dataclass(order=True)
+@dataclass(slots=True)
 class _Event:
+    """A scheduled call; ``cancelled`` ones are skipped when they come up. The heap holds
+    (at, seq, event) tuples: tuples compare in C, where an ordered dataclass's generated
+    ``__lt__`` was 2.8 M Python calls in a 6,144-GPU run."""
+
     at: float
     seq: int
-    fn: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
+    fn: Callable[[], None]
+    cancelled: bool = False
 
 
 class Engine:
     def __init__(self) -> None:
         self.now = 0.0
-        self._heap: list[_Event] = []
+        self._heap: list[tuple[float, int, _Event]] = []
         self._seq = 0
         self.events = 0
         self._trace = xxhash.xxh3_64()
@@ -32,7 +36,7 @@ class Engine:
     def at(self, when: float, fn: Callable[[], None]) -> _Event:
         ev = _Event(max(when, self.now), self._seq, fn)
         self._seq += 1
-        heapq.heappush(self._heap, ev)
+        heapq.heappush(self._heap, (ev.at, ev.seq, ev))
         return ev
 
     def later(self, delay: float, fn: Callable[[], None]) -> _Event:
@@ -47,8 +51,8 @@ class Engine:
         return self._trace.hexdigest()
 
     def run(self, until: float = float("inf"), max_events: int = 50_000_000) -> None:
-        while self._heap and self._heap[0].at <= until:
-            ev = heapq.heappop(self._heap)
+        while self._heap and self._heap[0][0] <= until:
+            ev = heapq.heappop(self._heap)[2]
             if ev.cancelled:
                 continue
             self.now = ev.at

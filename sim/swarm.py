@@ -296,7 +296,8 @@ class Swarm:
             return
         if node.finished is not None:
             return  # (a peer's announcement must not start a fetch before its time)
-        session.advance(int(self.e.now / self.tick))
+        if (tick := int(self.e.now / self.tick)) > p.now:  # (advancing to now is a no-op)
+            session.advance(tick)
         if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
             node.seen_tick = p.now
             nodes = self.nodes  # the holder view's liveness (a crash is noticed at once)
