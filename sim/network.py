@@ -218,27 +218,31 @@ class Network:
                     for link in f.path:
                         self._dirty[link] = None
 
+    def _rates(self, flows: Sequence[Flow]) -> None:
+        """Max-min rates of ``flows`` (every flow through their links among them), the
+        followers among them uncapped first, then capped at their upstreams' rates in
+        rounds until no cap moves: each round settles at least one more level of a chain
+        of followers. (Four rounds at most, until session 9, left the fifth level of a
+        cut-through chain across the WAN filled past its cap, faster than its upstream.)"""
+        followers = [f for f in flows if f.cap is not None]
+        for f in followers:
+            assert f.cap is not None
+            f.cap.capacity = INF
+        for _ in range(len(followers) + 1):
+            self._fill(flows)
+            changed = False
+            for f in followers:
+                changed |= self._cap(f)
+            if not changed:
+                break
+
     def _reallocate(self) -> None:
         """Max-min fair rates of the stale flows (:meth:`_component`), capping flows that
         caught up with their upstream at its rate (in rounds until no cap moves: a chain of
         followers settles top-down); then schedule the next event: a completion, or a
         follower catching up."""
         self._mark_caught_up()
-        comp = self._component()
-        followers = [f for f in comp if f.cap is not None]
-        for f in followers:
-            assert f.cap is not None
-            f.cap.capacity = INF
-        # Until no follower changes: each round settles at least one more level of a chain
-        # of followers. (Four rounds at most, until session 9, left the fifth level of a
-        # cut-through chain across the WAN filled past its cap, faster than its upstream.)
-        for _ in range(len(followers) + 1):
-            self._fill(comp)
-            changed = False
-            for f in followers:
-                changed |= self._cap(f)
-            if not changed:
-                break
+        self._rates(self._component())
         if self._next is not None:
             self._next.cancelled = True
             self._next = None

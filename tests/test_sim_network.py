@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sim.__main__ import SCENARIOS
 from sim.engine import Engine
-from sim.network import INF, Link, Network
+from sim.network import Link, Network
 from sim.scenario import load
 from sim.workloads import run
 
@@ -101,17 +101,7 @@ def _refill_everything(net: Network) -> dict[int, tuple[float, float | None]]:
     was."""
     saved = {f.id: (f.rate, f.cap.capacity if f.cap else None) for f in net.flows.values()}
     everything = list(net.flows.values())
-    followers = [f for f in everything if f.cap is not None]
-    for f in followers:
-        assert f.cap is not None
-        f.cap.capacity = INF
-    for _ in range(len(followers) + 1):
-        net._fill(everything)
-        changed = False
-        for f in followers:
-            changed |= net._cap(f)
-        if not changed:
-            break
+    net._rates(everything)
     out = {f.id: (f.rate, f.cap.capacity if f.cap else None) for f in everything}
     for f in everything:
         f.rate, cap = saved[f.id]
