@@ -331,13 +331,21 @@ def _nccl(
     return Scheme("nccl", {r: end - g for r, g in pause.items()}, max(0.0, end - sc.train_step_s))
 
 
-def standalone(sc: Scenario) -> Outcome:
-    """A trainer pool publishes; rollout instances fetch as each finishes generating."""
+def _standalone_tensorhub(
+    sc: Scenario,
+) -> tuple[Cluster, list[str], list[str], dict[str, float], _Control, _SwarmRun]:
+    """The standalone workload's placement, pauses, control plane and TensorHub run."""
     c = Cluster.build(sc.topology)
     trainers, rollouts, _ = _place(sc, c)
     pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
     ctl = _control(sc, len(trainers) + len(rollouts))
     th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause))
+    return c, trainers, rollouts, pause, ctl, th
+
+
+def standalone(sc: Scenario) -> Outcome:
+    """A trainer pool publishes; rollout instances fetch as each finishes generating."""
+    c, trainers, rollouts, pause, ctl, th = _standalone_tensorhub(sc)
     schemes = {
         "tensorhub": th.scheme(pause, sc),
         "nccl": _nccl(sc, pause, sc.nic, len(trainers) + len(rollouts)),
@@ -379,11 +387,7 @@ def standalone(sc: Scenario) -> Outcome:
 def standalone_swarm_only(sc: Scenario) -> dict[str, float]:
     """The standalone workload's TensorHub run alone (its control plane and swarm, no
     baseline): what the simulator's scale is measured on (``bench/sim_scale.py``)."""
-    c = Cluster.build(sc.topology)
-    trainers, rollouts, _ = _place(sc, c)
-    pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
-    ctl = _control(sc, len(trainers) + len(rollouts))
-    th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause))
+    _c, _t, _r, pause, _ctl, th = _standalone_tensorhub(sc)
     mine = th.scheme(pause, sc)
     lb = sc.size / sc.nic
     return {
