@@ -31,6 +31,20 @@ def test_nearest_tier_only() -> None:
     assert {r.source for r in reqs} == {"same_rack"} and len(reqs) == 16
 
 
+def test_a_source_that_moves_nearer_is_preferred_from_the_next_call() -> None:
+    """The planner keeps its usable sources' ranks between calls; the holder view listing a
+    source at a nearer tier must reach the next call (a kept rank that missed the move
+    sent every request across the WAN)."""
+    p = planner(total=4, per_source=4)
+    p.set_source("near", 1, ALL)
+    p.set_source("moved", 3, ALL)
+    first = p.next_requests()
+    assert {r.source for r in first} == {"near"}
+    drain(p, first)
+    p.set_source("moved", 0, ALL)  # now on our host
+    assert {r.source for r in p.next_requests()} == {"moved"}
+
+
 def test_partial_holders_spread_and_fill_in() -> None:
     p = planner(total=64, per_source=64)
     p.set_source("a", 1, range(0, 8))
