@@ -21,6 +21,14 @@ from .swarm import SwarmConfig
 from .topology import TopologySpec
 
 KINDS = ("standalone", "elastic", "crossdc")
+DATAPLANES = ("tcp", "gpudirect")
+TCP_NODE_GBYTES = 3.05
+"""What one node moves over TCP, GB/s each way: the median of six ``bench/p2p.py --size
+1GiB`` runs on a 16-core H100 host (docs/results/h100/p2p-tcp-cpu-1GiB-blake3-{a..f}.json:
+2.68-3.20 GB/s, 0.91-0.99x a raw socket there; to CUDA memory through pinned host buffers,
+4 GiB, 3.11 GB/s). One connection on loopback: a raw socket there moves only 3.2 GB/s, so
+this may understate what several connections on a 200-400 Gbit/s NIC would carry; the
+``standalone: node data plane`` sweep moves it."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,13 @@ class Scenario:
     pcie_gbytes: float = 25.0
     # Also run the strongest honest baselines (sim/strong.py) beside the paper's kinds.
     strong_baselines: bool = True
+    # TensorHub's data plane. "tcp": as built, every host's node moves at most
+    # ``tcp_node_gbytes`` each way (its per-chunk CPU, BLAKE3 and the staging through pinned
+    # host memory are inside that measured rate). "gpudirect": a hypothetical RDMA data plane
+    # at the NIC's effective rate, what the paper measured (22 GB/s); not built. Baselines
+    # (NCCL, UCX, a store) run at the NIC's rate in both: they exist on RDMA today.
+    dataplane: str = "tcp"
+    tcp_node_gbytes: float = TCP_NODE_GBYTES
     # Deltas (issue #21): every rollout holds v-1 and each chunk of v moves as a delta of
     # this fraction of its size (bench/deltas.py measured 0.021-0.024 at lr 1e-6 and
     # 0.085-0.097 at 1e-5 with XOR+zstd); 1.0: full versions. TensorHub's transfers only;
@@ -75,6 +90,8 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: needs trainer and rollout hosts")
         if not 0 < self.delta_fraction <= 1:
             raise ValueError(f"scenario {self.name!r}: delta_fraction must be in (0, 1]")
+        if self.dataplane not in DATAPLANES:
+            raise ValueError(f"scenario {self.name!r}: dataplane must be one of {DATAPLANES}")
         if self.kind == "crossdc" and self.topology.dcs < 2:
             raise ValueError(f"scenario {self.name!r}: crossdc needs topology.dcs >= 2")
 
@@ -86,6 +103,11 @@ class Scenario:
     def nic(self) -> float:
         """Effective NIC rate, bytes/s."""
         return self.topology.nic_gbytes * 1e9 * self.topology.efficiency
+
+    @property
+    def node_rate(self) -> float | None:
+        """The cap TensorHub's data plane puts on each host, bytes/s (None: the NIC's)."""
+        return self.tcp_node_gbytes * 1e9 if self.dataplane == "tcp" else None
 
     def generation_times(self, n: int) -> list[float]:
         """When each of ``n`` rollout instances finishes generating (seeded)."""

@@ -125,6 +125,7 @@ class Outcome:
             "baseline": self.baseline,
             "ratio": round(self.ratio, 2),
             "paper_ratio": self.paper,
+            "dataplane": sc.dataplane,
             "tensorhub_over_lower_bound_mean": round(self.over_lb_mean, 3),
             "tensorhub_over_lower_bound_worst": round(self.over_lb_worst, 3),
             "trace_hash": self.trace_hash,
@@ -205,7 +206,7 @@ def _tensorhub(
 ) -> _SwarmRun:
     e = Engine()
     net = Network(e)
-    c = Cluster.build(sc.topology)
+    c = Cluster.build(sc.topology, host_rate=sc.node_rate)
     wan_outage(e, net, c, sc.wan_outage_s)
     n = sc.swarm.chunks
     step = max(1, min(len(trainers), n))  # trainer j holds chunks j, j + step, ...

@@ -62,7 +62,10 @@ def test_rack_mates_follow_the_racks_first_receiver_in_a_chain() -> None:
 
 
 def test_relay_then_ring_waits_for_the_barrier_and_never_outruns_the_wan() -> None:
-    topo = TopologySpec(dcs=2, racks_per_dc=2, hosts_per_rack=4, wan_gbytes=1.0)
+    # No per-connection window: two trainers' two connections would hold the relay to 2
+    # windows per RTT (test_sim_workloads.py checks windows); here the WAN sets the pace.
+    topo = TopologySpec(dcs=2, racks_per_dc=2, hosts_per_rack=4, wan_gbytes=1.0,
+                        wan_window_mib=0)  # fmt: skip
     sc = Scenario(name="x", kind="crossdc", model_gb=8, trainer_hosts=2, rollout_hosts=4,
                   remote_rollouts=3, topology=topo)  # fmt: skip
     c = Cluster.build(topo)
