@@ -7,10 +7,13 @@ factor, 8 GPUs a host (factor 1 is the paper's 1,024 GPUs; 4 is 4,096; 10 is 10,
 UCX, storage and the strong baselines); "TensorHub only" its control plane and swarm
 alone. Every figure is wall seconds on this machine against the target #18 sets, and
 TensorHub's simulated events per wall second (the baselines' events are not counted);
-each run is a fresh process, one after the other.
+each run is a fresh process, one after the other. ``--dataplane`` picks TensorHub's data
+plane (``tcp``, the default as built: 7x longer transfers, so 8x more flows at once and
+13x larger groups of flows to re-solve per change; ``gpudirect``, the hypothetical).
 
     python bench/sim_scale.py                      # 1,024 all; 4,096 TensorHub; 10,240 TensorHub
     python bench/sim_scale.py --runs 1:all,4:all   # the 4,096-GPU run with every baseline
+    python bench/sim_scale.py --dataplane gpudirect
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ _CHILD = """
 import json, sys, time
 from sim.scenario import load
 from sim import workloads
-k, what = int(sys.argv[1]), sys.argv[2]
+k, what, plane = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 sc = load("sim/scenarios/standalone.yaml").replace(
-    trainer_hosts=32 * k, rollout_hosts=96 * k, **{"topology.racks_per_dc": 16 * k})
+    trainer_hosts=32 * k, rollout_hosts=96 * k, dataplane=plane,
+    **{"topology.racks_per_dc": 16 * k})
 t = time.perf_counter()
 if what == "th":
     out = workloads.standalone_swarm_only(sc)
@@ -52,11 +56,11 @@ print(json.dumps(out))
 """
 
 
-def run_one(factor: int, what: str, timeout: float) -> dict[str, Any]:
+def run_one(factor: int, what: str, plane: str, timeout: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         p = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(factor), what],
+            [sys.executable, "-c", _CHILD, str(factor), what, plane],
             cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=True,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -70,15 +74,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="1:all,4:th,10:th", help="FACTOR:all|th, comma-separated")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take")
+    ap.add_argument("--dataplane", choices=("tcp", "gpudirect"), default="tcp")
     ap.add_argument("--json")
     a = ap.parse_args()
     rows, results = [], []
     for item in a.runs.split(","):
         k, what = item.split(":")
         factor = int(k)
-        r = run_one(factor, what, a.timeout)
+        r = run_one(factor, what, a.dataplane, a.timeout)
         target = TARGET_S.get((factor, what))
-        r.update(factor=factor, gpus=1024 * factor, what=what, target_s=target)
+        r.update(factor=factor, gpus=1024 * factor, what=what, target_s=target,
+                 dataplane=a.dataplane)  # fmt: skip
         results.append(r)
         wall = r["wall_s"]
         rows.append([
@@ -90,7 +96,7 @@ def main() -> int:
             f"{r['mean_over_bound']:.2f} / {r['worst_over_bound']:.2f}" if wall else "-",
         ])  # fmt: skip
     print_table(
-        "simulator scale (standalone workload)",
+        f"simulator scale (standalone workload, {a.dataplane} data plane)",
         ["GPUs", "runs", "wall s", "target s", "wall / target", "TH events / s", "TH mean / worst"],
         rows,
     )

@@ -8,13 +8,19 @@ simulate in seconds. Propagation delay is added once, at the start of a flow.
 
 A flow may follow an *upstream* flow (cut-through: forwarding bytes still arriving): once
 it has caught up with the upstream's bytes it moves no faster than the upstream does.
+
+Flows may share a *line* (one TCP connection): they then move one after the other, each
+starting when the one before it ends, as frames written whole to one socket do, instead of
+sharing its rate. Sharing would finish every chunk of a burst at once, late, and a relay
+forwards none of them until then.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .engine import Engine, _Event
@@ -52,6 +58,7 @@ class Flow:
     cap: Link | None = None  # private link: the upstream's rate once caught up
     slack: float = 0.0  # bytes within which it counts as caught up
     frozen: int = 0  # the filling round that fixed its rate
+    line: Hashable | None = None  # the connection it holds while it moves
 
 
 @dataclass(eq=False)
@@ -70,6 +77,8 @@ class Network:
         self._settle: _Event | None = None
         self._dirty: dict[Link, None] = {}  # links whose flows' rates are stale (ordered)
         self._followers: dict[int, list[Flow]] = {}  # upstream flow id -> its followers
+        self._busy: set[Hashable] = set()  # lines a flow holds
+        self._waiting: dict[Hashable, deque[Callable[[], None]]] = {}  # line -> next starts
 
     def start(
         self,
@@ -79,13 +88,18 @@ class Network:
         latency: float = 0.0,
         tag: str = "",
         upstream: Transfer | None = None,
+        line: Hashable | None = None,
     ) -> Transfer:
         """Move ``nbytes`` over ``path``; call ``done`` when the last byte arrives. With
-        ``upstream``, never get ahead of the bytes that transfer has moved."""
+        ``upstream``, never get ahead of the bytes that transfer has moved; with ``line``,
+        wait for the flows before it on that line to end first."""
         t = Transfer()
 
         def begin() -> None:
             if t.cancelled:
+                return
+            if line is not None and line in self._busy:
+                self._waiting.setdefault(line, deque()).append(begin)
                 return
             self._advance()
             self._ids += 1
@@ -97,7 +111,11 @@ class Network:
                 links = (*links, cap)
             else:
                 up = None
-            f = Flow(links, float(nbytes), done, tag=tag, id=self._ids, upstream=up, cap=cap)
+            f = Flow(
+                links, float(nbytes), done, tag=tag, id=self._ids, upstream=up, cap=cap, line=line
+            )
+            if line is not None:
+                self._busy.add(line)
             f.slack = CATCH_UP * float(nbytes)
             t.flow = f
             self.flows[f.id] = f
@@ -138,6 +156,18 @@ class Network:
         up = f.upstream
         if up is not None and (mine := self._followers.get(up.id)) is not None:
             mine.remove(f)
+        if f.line is not None:
+            self._next_on(f.line)
+
+    def _next_on(self, line: Hashable) -> None:
+        """The flow holding ``line`` ended: start the next one waiting (a cancelled one
+        does not start, and passes the line on)."""
+        self._busy.discard(line)
+        waiting = self._waiting.get(line)
+        while waiting and line not in self._busy:
+            waiting.popleft()()
+        if waiting is not None and not waiting:
+            del self._waiting[line]
 
     def _changed(self, links: Iterable[Link]) -> None:
         """The rates of the flows through ``links`` are stale: recompute them once this

@@ -383,6 +383,7 @@ class Swarm:
                 latency=back,
                 tag=f"{s}>{f}",
                 upstream=feed,
+                line=(s, f),  # one connection per pair: its chunks move one at a time
             )
             fetcher = self.nodes[f]
             if r not in fetcher.inflight:

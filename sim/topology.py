@@ -67,6 +67,10 @@ class Cluster:
     rack_down: dict[tuple[int, int], Link] = field(default_factory=dict)
     wan: dict[tuple[int, int], Link] = field(default_factory=dict)
     connections: dict[tuple[str, str], Link] = field(default_factory=dict)  # WAN, lazily
+    # Whether a rack's uplinks can bind: not when its hosts' NIC links together cannot fill
+    # them (hosts capped below line rate), so paths leave them out (the same max-min rates,
+    # fewer links per flow, and flows of one rack no longer all stale together).
+    racks_bind: bool = True
 
     @classmethod
     def build(cls, spec: TopologySpec, host_rate: float | None = None) -> Cluster:
@@ -77,6 +81,7 @@ class Cluster:
         phys = spec.nic_gbytes * GB * spec.efficiency
         nic = phys if host_rate is None else min(phys, host_rate)
         rack_bw = spec.hosts_per_rack * phys / spec.oversubscription
+        c.racks_bind = spec.hosts_per_rack * nic > rack_bw
         for d in range(spec.dcs):
             for r in range(spec.racks_per_dc):
                 c.rack_up[(d, r)] = Link(f"dc{d}/rack{r}/up", rack_bw)
@@ -97,7 +102,7 @@ class Cluster:
     def path(self, a: str, b: str) -> list[Link]:
         ha, hb = self.hosts[a], self.hosts[b]
         path = [ha.up]
-        other_rack = (ha.dc, ha.rack) != (hb.dc, hb.rack)
+        other_rack = self.racks_bind and (ha.dc, ha.rack) != (hb.dc, hb.rack)
         if other_rack:
             path.append(self.rack_up[(ha.dc, ha.rack)])
         if ha.dc != hb.dc:

@@ -24,6 +24,38 @@ def test_one_flow_takes_size_over_capacity_plus_latency() -> None:
     assert done == [pytest.approx(10.5)]
 
 
+def test_flows_on_one_line_move_one_after_the_other() -> None:
+    """One TCP connection: frames written whole go out in order, so of three chunks on one
+    line the first arrives after a third of the time sharing would take; a cancelled
+    flow, waiting or moving, passes the line to the next; other lines still share."""
+    e = Engine()
+    net = Network(e)
+    link = Link("nic", 100.0)
+    ends: dict[str, float] = {}
+    a = net.start([link], 500, lambda: ends.setdefault("a", e.now), line="s>f")
+    b = net.start([link], 500, lambda: ends.setdefault("b", e.now), line="s>f")
+    net.start([link], 500, lambda: ends.setdefault("c", e.now), line="s>f")
+    e.run()
+    assert (ends["a"], ends["b"], ends["c"]) == (5.0, 10.0, 15.0)
+    assert a.flow is not None and b.flow is not None
+
+    e = Engine()
+    net = Network(e)
+    ends = {}
+    first = net.start([link], 500, lambda: ends.setdefault("first", e.now), line="s>f")
+    waiting = net.start([link], 500, lambda: ends.setdefault("waiting", e.now), line="s>f")
+    net.start([link], 500, lambda: ends.setdefault("last", e.now), line="s>f")
+    net.start([link], 500, lambda: ends.setdefault("other", e.now), line="s>g")
+    net.cancel(waiting)  # never started: the line skips it
+    e.later(2.0, lambda: net.cancel(first))  # moving: the next starts at once
+    e.run()
+    assert "first" not in ends and "waiting" not in ends
+    # s>f's first and s>g's flow share until 2.0 (100 B each); then "last" and "other"
+    # share: other has 400 left, done at 10.0; last alone after, 500 - 400 = 100 more at 100.
+    assert ends["other"] == pytest.approx(10.0)
+    assert ends["last"] == pytest.approx(11.0)
+
+
 def test_flows_share_a_link_and_speed_up_when_one_ends() -> None:
     e = Engine()
     net = Network(e)

@@ -47,9 +47,21 @@ def test_every_fetcher_gets_every_chunk_and_the_origin_sends_one_copy(seed: int)
     for f in s.fetchers:
         assert all(s.nodes[f].have), f
     origin = s.origins[0]
-    assert c.hosts[origin].up.carried == pytest.approx(8 * GB)  # super-seeding: one copy
-    lower = 8 * GB / (c.spec.nic_gbytes * GB * c.spec.efficiency)
+    # Super-seeding: one copy. The network ends a flow within a microsecond's bytes of its
+    # last one (``Network._complete``), so a link's count may fall short by that much per
+    # chunk: pytest's default 1e-6 failed 0.2 % of seeds by 1.1e-6 (111, 482, 582, ...).
+    nic = c.spec.nic_gbytes * GB * c.spec.efficiency
+    slack = CFG.chunks * 1e-6 * nic
+    assert c.hosts[origin].up.carried == pytest.approx(8 * GB, abs=slack)
+    lower = 8 * GB / nic
     assert s.completion() >= lower
+
+
+@pytest.mark.parametrize("seed", [2, 111, 482])
+def test_one_copy_regression_seeds(seed: int) -> None:
+    """Seeds whose origin count fell 1.1e-6 short of one copy (within the network's
+    completion rounding, outside pytest's default tolerance)."""
+    test_every_fetcher_gets_every_chunk_and_the_origin_sends_one_copy(seed)
 
 
 def test_a_fetcher_crashing_mid_transfer_does_not_stop_the_others(seed: int) -> None:

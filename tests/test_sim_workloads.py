@@ -327,3 +327,30 @@ def test_a_wan_connection_moves_one_receive_window_per_round_trip() -> None:
         assert last_done(pairs, flows_each) == pytest.approx(expect, rel=1e-6)
     unlimited = Cluster.build(TopologySpec(dcs=2, wan_window_mib=0))
     assert not any(link.name.startswith("tcp/") for link in unlimited.path("h0.0.0", "h1.0.0"))
+
+
+def test_rack_uplinks_that_cannot_bind_are_left_out_and_change_no_rate() -> None:
+    """Hosts capped below line rate (TCP as built) cannot together fill a 2:1 rack uplink,
+    so paths skip it: the same max-min rates, with fewer links per flow."""
+    from sim.engine import Engine
+    from sim.network import Network
+
+    spec = TopologySpec(racks_per_dc=3, hosts_per_rack=4)
+    capped = Cluster.build(spec, host_rate=3.05e9)
+    assert not capped.racks_bind and len(capped.path("h0.0.0", "h0.1.0")) == 2
+    assert Cluster.build(spec).racks_bind and len(Cluster.build(spec).path("h0.0.0", "h0.1.0")) == 4
+    assert Cluster.build(spec, host_rate=30e9).racks_bind  # above the NIC: the NIC's rate
+
+    def finish_times(skip: bool) -> list[float]:
+        c = Cluster.build(spec, host_rate=3.05e9)
+        c.racks_bind = not skip
+        e = Engine()
+        net = Network(e)
+        done: list[float] = []
+        pairs = [(a, b) for a in sorted(c.hosts)[:6] for b in sorted(c.hosts)[6:]]
+        for i, (a, b) in enumerate(pairs):
+            net.start(c.path(a, b), (1 + i % 3) * GB, lambda: done.append(e.now))
+        e.run()
+        return done
+
+    assert finish_times(skip=True) == finish_times(skip=False)
