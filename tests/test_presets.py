@@ -82,3 +82,23 @@ def test_the_simulator_can_run_any_preset() -> None:
     assert SwarmConfig.of(NODE).dataplane() == NODE
     assert SwarmConfig.of(SIMULATED, chunks=8).dataplane() == SIMULATED
     assert SwarmConfig.of(RELAY).dataplane() == RELAY
+
+
+def test_a_preset_name_may_change_settings_and_bad_ones_are_named() -> None:
+    """``node:max_waiting=8`` is NODE with one setting changed: how an experiment passes
+    one configuration, as a string, to every process of a run (bench/linerate.py)."""
+    assert preset("node:max_waiting=8") == dataclasses.replace(NODE, max_waiting=8)
+    two = preset("relay:planner.per_source=2:seed_spare=true:reserve_after=0.5")
+    assert (two.planner.per_source, two.seed_spare, two.reserve_after) == (2, True, 0.5)
+    assert two.planner.relay  # the rest is the base preset's
+    assert preset("simulated:near_waiting=none").near_waiting is None
+    for bad, why in [
+        ("nod", "no data-plane preset"),
+        ("node:bogus=1", "not a known setting"),
+        ("node:max_waiting", "not a known setting"),
+        ("node:max_waiting=x", "not a number"),
+        ("node:seed_spare=3", "not true or false"),
+        ("node:max_waiting=none", "cannot be none"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            preset(bad)

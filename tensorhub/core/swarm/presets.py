@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from .planner import PlannerConfig
 
@@ -94,10 +95,49 @@ PRESETS: dict[str, DataPlaneConfig] = {
 
 
 def preset(name: str) -> DataPlaneConfig:
+    """A preset by name, optionally with settings changed: ``node:max_waiting=8`` or
+    ``node:planner.per_source=2:seed_spare=false`` (what an experiment on one setting
+    passes to every process of a run, as a string)."""
+    base, *changes = name.split(":")
     try:
-        return PRESETS[name]
+        cfg = PRESETS[base]
     except KeyError:
-        raise ValueError(f"no data-plane preset {name!r}; there are {sorted(PRESETS)}") from None
+        raise ValueError(f"no data-plane preset {base!r}; there are {sorted(PRESETS)}") from None
+    for change in changes:
+        cfg = _changed(cfg, change, name)
+    return cfg
+
+
+def _changed(cfg: DataPlaneConfig, change: str, name: str) -> DataPlaneConfig:
+    key, sep, text = change.partition("=")
+    owner: Any = cfg.planner if key.startswith("planner.") else cfg
+    field_name = key.removeprefix("planner.")
+    fields = {f.name: f for f in dataclasses.fields(owner)}
+    if not sep or field_name not in fields:
+        raise ValueError(f"preset {name!r}: {change!r} is not a known setting=value")
+    optional = "None" in str(fields[field_name].type)
+    value: Any = _parse(text, getattr(owner, field_name), optional, name)
+    if owner is cfg:
+        out: DataPlaneConfig = dataclasses.replace(cfg, **{field_name: value})
+        return out
+    planner: PlannerConfig = dataclasses.replace(cfg.planner, **{field_name: value})
+    return dataclasses.replace(cfg, planner=planner)
+
+
+def _parse(text: str, current: object, optional: bool, name: str) -> object:
+    """``text`` as the type of the setting it replaces (None where the setting may be)."""
+    if text.lower() == "none":
+        if not optional:
+            raise ValueError(f"preset {name!r}: this setting cannot be none")
+        return None
+    if isinstance(current, bool) or text.lower() in ("true", "false"):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"preset {name!r}: {text!r} is not true or false")
+        return text.lower() == "true"
+    try:
+        return float(text) if isinstance(current, float) or "." in text else int(text)
+    except ValueError:
+        raise ValueError(f"preset {name!r}: {text!r} is not a number") from None
 
 
 def differences(a: DataPlaneConfig, b: DataPlaneConfig) -> set[str]:
