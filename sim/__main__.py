@@ -63,8 +63,8 @@ def paper_outcomes(
         scs = [sc.replace(seed=s) for s in seeds for sc in scs]
     elif seed is not None:
         scs = [sc.replace(seed=seed) for sc in scs]
-    hyp = [sc.replace(dataplane="gpudirect", strong_baselines=False) for sc in scs]
-    outs = run_all(scs + (hyp if gpudirect else []))
+    hyp = [sc.replace(dataplane="gpudirect", strong_baselines=False) for sc in scs if gpudirect]
+    outs = run_all(scs + hyp)
     return outs[: len(scs)], outs[len(scs) :]
 
 

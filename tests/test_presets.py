@@ -99,6 +99,8 @@ def test_a_preset_name_may_change_settings_and_bad_ones_are_named() -> None:
         ("node:max_waiting=x", "not a number"),
         ("node:seed_spare=3", "not true or false"),
         ("node:max_waiting=none", "cannot be none"),
+        ("node:max_waiting=true", "not a number"),  # a count is not a flag
+        ("node:max_waiting=8.5", "not a number"),  # nor a fraction
     ]:
         with pytest.raises(ValueError, match=why):
             preset(bad)

@@ -115,8 +115,7 @@ def _changed(cfg: DataPlaneConfig, change: str, name: str) -> DataPlaneConfig:
     fields = {f.name: f for f in dataclasses.fields(owner)}
     if not sep or field_name not in fields:
         raise ValueError(f"preset {name!r}: {change!r} is not a known setting=value")
-    optional = "None" in str(fields[field_name].type)
-    value: Any = _parse(text, getattr(owner, field_name), optional, name)
+    value: Any = _parse(text, str(fields[field_name].type), name)
     if owner is cfg:
         out: DataPlaneConfig = dataclasses.replace(cfg, **{field_name: value})
         return out
@@ -124,20 +123,22 @@ def _changed(cfg: DataPlaneConfig, change: str, name: str) -> DataPlaneConfig:
     return dataclasses.replace(cfg, planner=planner)
 
 
-def _parse(text: str, current: object, optional: bool, name: str) -> object:
-    """``text`` as the type of the setting it replaces (None where the setting may be)."""
-    if text.lower() == "none":
-        if not optional:
+def _parse(text: str, kind: str, name: str) -> object:
+    """``text`` as the setting's declared type (``kind``: "int", "float", "bool",
+    "int | None"), so a count cannot become a float or a flag a number."""
+    low = text.lower()
+    if low == "none":
+        if "None" not in kind:
             raise ValueError(f"preset {name!r}: this setting cannot be none")
         return None
-    if isinstance(current, bool) or text.lower() in ("true", "false"):
-        if text.lower() not in ("true", "false"):
+    if kind == "bool":
+        if low not in ("true", "false"):
             raise ValueError(f"preset {name!r}: {text!r} is not true or false")
-        return text.lower() == "true"
+        return low == "true"
     try:
-        return float(text) if isinstance(current, float) or "." in text else int(text)
+        return float(text) if kind == "float" else int(text)
     except ValueError:
-        raise ValueError(f"preset {name!r}: {text!r} is not a number") from None
+        raise ValueError(f"preset {name!r}: {text!r} is not a number of kind {kind}") from None
 
 
 def differences(a: DataPlaneConfig, b: DataPlaneConfig) -> set[str]:
