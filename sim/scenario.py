@@ -81,6 +81,13 @@ class Scenario:
     delta_fraction: float = 1.0
     topology: TopologySpec = field(default_factory=TopologySpec)
     swarm: SwarmConfig = field(default_factory=SwarmConfig)
+    # TensorHub's network re-solve (sim/network.py, ``Network.depth``): after a flow starts
+    # or ends, the flows within this many links of it get max-min fair rates again, and
+    # flows further out keep theirs until a change of their own. None: every flow
+    # connected to it, exact but O(network) per change (a 2,048-GPU broadcast re-solved 230
+    # flows per change on average). At 1,024 GPUs 4 gives the exact run's figures; the
+    # baselines' runs, with few flows, are always exact. docs/results.md has the effect.
+    solve_depth: int | None = 4
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -90,6 +97,8 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: needs trainer and rollout hosts")
         if not 0 < self.delta_fraction <= 1:
             raise ValueError(f"scenario {self.name!r}: delta_fraction must be in (0, 1]")
+        if self.solve_depth is not None and self.solve_depth < 1:
+            raise ValueError(f"scenario {self.name!r}: solve_depth must be >= 1 (or None)")
         if self.dataplane not in DATAPLANES:
             raise ValueError(f"scenario {self.name!r}: dataplane must be one of {DATAPLANES}")
         if self.kind == "crossdc" and self.topology.dcs < 2:

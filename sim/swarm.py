@@ -32,6 +32,7 @@ from typing import Any
 from tensorhub.core.gossip.holders import SAME_RACK
 from tensorhub.core.swarm import (
     ChunkPlanner,
+    DcView,
     PlannerConfig,
     Request,
     SeedDecision,
@@ -201,6 +202,7 @@ class Swarm:
         # begun, or has finished, is not one).
         self._fetching: dict[int, list[str]] = {}
         self._dc_members: dict[int, int] = {}  # live swarm nodes per datacenter
+        self._members: dict[int, list[str]] = {}  # their names, sorted (None: to be listed)
         for name in self.nodes:
             dc = cluster.hosts[name].dc
             self._dc_members[dc] = self._dc_members.get(dc, 0) + 1
@@ -256,6 +258,7 @@ class Swarm:
             self._count(name, -1)
         if not node.dead:
             self._dc_members[self.c.hosts[name].dc] -= 1
+            self._members.pop(self.c.hosts[name].dc, None)
         node.dead = True
         for r, t in list(node.inflight.items()):
             if t is not None:
@@ -422,15 +425,18 @@ class Swarm:
         else:
             active.remove(f)
         # As the node: our datacenter's fetchers, and its other live members (gossip learns
-        # who fetches too late for fetchers alone to be the candidate WAN owners).
-        members = sorted(
-            n for n, node in self.nodes.items() if not node.dead and self.c.hosts[n].dc == dc
-        )
-        fetchers = sorted(active)  # (sorted once here, not by each planner)
+        # who fetches too late for fetchers alone to be the candidate WAN owners): one view
+        # for all of them, built once here.
+        members = self._members.get(dc)
+        if members is None:
+            members = self._members[dc] = sorted(
+                n for n, node in self.nodes.items() if not node.dead and self.c.hosts[n].dc == dc
+            )
+        view = DcView.of(active, members)
         for g in active:
             session = self.nodes[g].session
             if session is not None:
-                session.set_dc_fetchers(fetchers, members)
+                session.set_dc_view(view)
                 if g != f:
                     self._pump(g)  # turns changed: a chunk it waited on may be its own now
 

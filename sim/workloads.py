@@ -205,7 +205,7 @@ def _tensorhub(
     preempt: float = 0.0,
 ) -> _SwarmRun:
     e = Engine()
-    net = Network(e)
+    net = Network(e, depth=sc.solve_depth)
     c = Cluster.build(sc.topology, host_rate=sc.node_rate)
     wan_outage(e, net, c, sc.wan_outage_s)
     n = sc.swarm.chunks

@@ -147,9 +147,9 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
     kind: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The network refills only the flows that share links (transitively) with a change,
-    and their followers; at every reallocation of a whole scenario (TensorHub's
-    cut-through swarm and every baseline), each flow's rate and cap must equal what
-    refilling every flow from scratch gives, bit for bit."""
+    and their followers (with no ``solve_depth``: exact); at every reallocation of a whole
+    scenario (TensorHub's cut-through swarm and every baseline), each flow's rate and cap
+    must equal what refilling every flow from scratch gives, bit for bit."""
     print(f"[seed] {kind} seed={seed} (TENSORHUB_SEED={seed})")
     checked = [0]
     incremental = Network._reallocate
@@ -168,6 +168,63 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
         "elastic": {"trainer_hosts": 4, "rollout_hosts": 12, "joiners": 12, "preempt": 0.25},
         "standalone": {"trainer_hosts": 4, "rollout_hosts": 16},
     }[kind]
-    sc = load(SCENARIOS / f"{kind}.yaml").replace(seed=seed, strong_baselines=False, **small)
+    sc = load(SCENARIOS / f"{kind}.yaml").replace(
+        seed=seed, strong_baselines=False, solve_depth=None, **small
+    )
     run(sc)
     assert checked[0] > 100
+
+
+def _random_run(seed: int, depth: int | None) -> tuple[str, list[Link], float, list[str], int]:
+    """A run of 60 flows of random sizes over 12 links, two or three links each, starting
+    at random times; every reallocation is checked feasible. Returns the trace hash, the
+    links, the bytes the flows moved, any violation found and how many re-solves stopped
+    at ``depth``."""
+    rng = random.Random(seed)
+    e = Engine()
+    net = Network(e, depth=depth)
+    links = [Link(f"l{i}", rng.choice([10.0, 50.0, 100.0])) for i in range(12)]
+    moved = 0.0
+    bad: list[str] = []
+    bounded = [0]
+    incremental = net._reallocate
+
+    def checking() -> None:
+        incremental()
+        bounded[0] += net.bounded
+        for lk in links:
+            load = sum(f.rate for f in lk.flows.values())
+            if load > lk.capacity * (1 + 1e-9) or any(f.rate < 0 for f in lk.flows.values()):
+                bad.append(f"{lk.name} at {e.now}: {load} > {lk.capacity}")
+
+    net._reallocate = checking  # type: ignore[method-assign]
+    for i in range(60):
+        size = float(rng.randint(10, 2000))
+        path = rng.sample(links, rng.randint(2, 3))
+        moved += size * len(path)
+        e.at(rng.random() * 20, lambda p=path, s=size, i=i: net.start(
+            p, s, lambda: e.trace("done", i)))  # fmt: skip
+    e.run()
+    assert not net.flows
+    return e.trace_hash, links, moved, bad, bounded[0]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_bounded_re_solve_stays_feasible_and_is_exact_when_its_search_closes(
+    seed: int,
+) -> None:
+    """``depth`` stops the search for stale flows that many links from a change; flows
+    further out keep their rates as fixed loads. Every allocation must stay feasible
+    (no link over capacity), every byte must arrive and be counted on its links (the
+    bytes are counted lazily, on rate changes), and a depth the search never reaches
+    must give the exact run, event for event."""
+    print(f"[seed] bounded re-solve seed={seed}")
+    exact, links, moved, bad, _ = _random_run(seed, None)
+    assert not bad
+    assert sum(lk.carried for lk in links) == pytest.approx(moved)
+    deep = _random_run(seed, 100)
+    assert deep[0] == exact and deep[4] == 0
+    _, links, moved, bad, stopped = _random_run(seed, 1)
+    assert stopped > 0  # (the bounded path ran)
+    assert not bad, bad[:3]
+    assert sum(lk.carried for lk in links) == pytest.approx(moved)

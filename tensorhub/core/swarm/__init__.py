@@ -1,12 +1,21 @@
 """The swarm's scheduling logic: which chunk to ask of which holder, and when; and the
 serving side's: upload slots and super-seeding."""
 
-from .planner import ChunkPlanner, Failure, PlannerConfig, Request, SourceInfo, wan_owner
+from .planner import (
+    ChunkPlanner,
+    DcView,
+    Failure,
+    PlannerConfig,
+    Request,
+    SourceInfo,
+    wan_owner,
+)
 from .seeding import SeedDecision, SuperSeeder
 from .slots import UploadSlots
 
 __all__ = [
     "ChunkPlanner",
+    "DcView",
     "Failure",
     "PlannerConfig",
     "Request",

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
-from .planner import ChunkPlanner, Failure, Request
+from .planner import ChunkPlanner, DcView, Failure, Request
 
 
 class Phase(enum.Enum):
@@ -185,6 +185,11 @@ class FetchSession:
     def set_dc_fetchers(self, fetchers: Sequence[str], members: Sequence[str] = ()) -> None:
         """Our datacenter's fetchers of this version, and its other live members."""
         self.planner.set_dc_fetchers(list(fetchers), list(members))
+
+    @_input
+    def set_dc_view(self, view: DcView) -> None:
+        """The same, from a view built once for the whole datacenter."""
+        self.planner.set_dc_view(view)
 
     # -- time ----------------------------------------------------------------------------------
 
