@@ -178,6 +178,7 @@ class Swarm:
         self.nodes: dict[str, _Node] = {}
         self.origins = list(origins)
         self._tickets = 0
+        self._dead: set[str] = set()  # nodes that crashed
         n = cfg.chunks
 
         def slots() -> UploadSlots:
@@ -260,6 +261,7 @@ class Swarm:
             self._dc_members[self.c.hosts[name].dc] -= 1
             self._members.pop(self.c.hosts[name].dc, None)
         node.dead = True
+        self._dead.add(name)
         for r, t in list(node.inflight.items()):
             if t is not None:
                 self.net.cancel(t)
@@ -303,8 +305,7 @@ class Swarm:
             session.advance(tick)
         if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
             node.seen_tick = p.now
-            nodes = self.nodes  # the holder view's liveness (a crash is noticed at once)
-            session.seen_all([name for name in p.sources if not nodes[name].dead])
+            session.seen_all_but(self._dead)  # the holder view (a crash is seen at once)
         self._perform(f, session.requests(self.e.now))
         if not node.inflight:
             self._wake_later(f)

@@ -28,6 +28,7 @@ import enum
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
@@ -175,6 +176,11 @@ class FetchSession:
     def seen_all(self, names: Sequence[str]) -> None:
         """The holder view lists ``names`` as alive now (one input for a whole listing)."""
         self.planner.seen_all(names)
+
+    @_input
+    def seen_all_but(self, dead: AbstractSet[str]) -> None:
+        """The holder view lists every source but ``dead`` as alive now."""
+        self.planner.seen_all_but(dead)
 
     @_input
     def suspend(self, name: str, ticks: int) -> None:
