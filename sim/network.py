@@ -259,15 +259,14 @@ class Network:
         self.bounded = bool(todo)
         return sorted(flows.values(), key=lambda f: f.id)  # start order: as self.flows
 
-    def _cap(self, f: Flow) -> bool:
+    @staticmethod
+    def _cap(f: Flow) -> bool:
         """Cap a follower that has caught up with its upstream at the upstream's rate, or
         move its cap to that rate, which a filling may have moved (a cap only ever lowered
         once left a follower at its upstream's old rate, half its new one); whether it
         changed."""
         up = f.upstream
         assert f.cap is not None and up is not None
-        if up.id not in self.flows or self._left(f) > self._left(up) + f.slack:
-            return False  # upstream finished (or was cancelled), or not caught up yet
         cap = f.cap.capacity
         if (cap == INF and f.rate > up.rate * (1 + 1e-9)) or cap not in (INF, up.rate):
             f.cap.capacity = up.rate
@@ -276,18 +275,25 @@ class Network:
 
     def _rates(self, flows: Sequence[Flow]) -> None:
         """Max-min rates of ``flows`` (every flow through their links among them), the
-        followers among them uncapped first, then capped at their upstreams' rates in
-        rounds until no cap moves: each round settles at least one more level of a chain
-        of followers. (Four rounds at most, until session 9, left the fifth level of a
-        cut-through chain across the WAN filled past its cap, faster than its upstream.)"""
-        followers = [f for f in flows if f.cap is not None]
-        for f in followers:
-            assert f.cap is not None
+        followers among them uncapped first, then those that caught up with their upstream
+        capped at its rate in rounds until no cap moves: each round settles at least one
+        more level of a chain of followers. (Four rounds at most, until session 9, left the
+        fifth level of a cut-through chain across the WAN filled past its cap, faster than
+        its upstream.) No time passes between rounds, so who has caught up is decided once."""
+        live, left = self.flows, self._left
+        caught = []
+        for f in flows:
+            if f.cap is None:
+                continue
             f.cap.capacity = INF
-        for _ in range(len(followers) + 1):
+            up = f.upstream
+            assert up is not None
+            if up.id in live and left(f) <= left(up) + f.slack:
+                caught.append(f)  # (an upstream that ended, or one ahead: never capped)
+        for _ in range(len(caught) + 1):
             self._fill(flows)
             changed = False
-            for f in followers:
+            for f in caught:
                 changed |= self._cap(f)
             if not changed:
                 break
@@ -378,11 +384,17 @@ class Network:
                 else:
                     link.active += 1
         for link in touched:
+            left = link.left
             if bounded:  # flows beyond the search keep their rates: fixed loads (``load``
                 # holds theirs alone while a re-solve runs: see _reallocate)
-                link.left = min(link.capacity, max(0.0, link.capacity - link.load))
-            if link.left < INF:  # (an uncapped follower's private link never fills)
-                heap.append((link.left / link.active, link.name, link))
+                left = link.capacity - link.load
+                if left < 0.0:
+                    left = 0.0
+                elif left > link.capacity:
+                    left = link.capacity
+                link.left = left
+            if left < INF:  # (an uncapped follower's private link never fills)
+                heap.append((left / link.active, link.name, link))
         heapq.heapify(heap)  # names are unique: a tie never compares the links
         heappop, heappush = heapq.heappop, heapq.heappush
         while heap:
