@@ -203,7 +203,7 @@ class Swarm:
         # begun, or has finished, is not one).
         self._fetching: dict[int, list[str]] = {}
         self._dc_members: dict[int, int] = {}  # live swarm nodes per datacenter
-        self._members: dict[int, list[str]] = {}  # their names, sorted (None: to be listed)
+        self._members: dict[int, list[str]] = {}  # their names, sorted (absent: to be listed)
         for name in self.nodes:
             dc = cluster.hosts[name].dc
             self._dc_members[dc] = self._dc_members.get(dc, 0) + 1
