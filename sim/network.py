@@ -348,13 +348,24 @@ class Network:
     def _due(self, heap: list[tuple[float, int, Flow]], which: str) -> float:
         """The earliest time in ``heap`` that is still its flow's ``which`` (INF: none);
         entries overtaken since are dropped on the way."""
-        live = self.flows
-        while heap:
-            at, fid, f = heap[0]
-            if fid in live and getattr(f, which) == at:
-                return at
+        while heap and not self._current(heap[0], which):
             heapq.heappop(heap)
-        return INF
+        return heap[0][0] if heap else INF
+
+    def _current(self, entry: tuple[float, int, Flow], which: str) -> bool:
+        """Whether a heap entry still holds its live flow's ``which`` time."""
+        at, fid, f = entry
+        return fid in self.flows and getattr(f, which) == at
+
+    def _pop_due(self, heap: list[tuple[float, int, Flow]], which: str, by: float) -> list[Flow]:
+        """The live flows whose ``which`` time is at or before ``by``, off ``heap``, each
+        once (a time that moved away and back left two entries), in start order."""
+        due: dict[int, Flow] = {}
+        while heap and heap[0][0] <= by:
+            entry = heapq.heappop(heap)
+            if self._current(entry, which):
+                due[entry[1]] = entry[2]
+        return [due[i] for i in sorted(due)]
 
     def _fill(self, flows: Sequence[Flow]) -> None:
         """Max-min fair rates of ``flows`` (every flow through their links among them) by
@@ -418,19 +429,12 @@ class Network:
 
     def _complete(self) -> None:
         self._next = None
-        now, heap, finished = self.engine.now, self._finishes, []
-        catches = self._catches
-        while catches and catches[0][0] <= now + 1e-9:
-            catch, fid, f = heapq.heappop(catches)
-            if f.catch == catch and fid in self.flows:
-                f.catch = INF
-                for link in f.path:  # caught up: capped at the next filling
-                    self._dirty[link] = None
-        while heap and heap[0][0] <= now + 1e-6:
-            finish, fid, f = heapq.heappop(heap)
-            if f.finish == finish and fid in self.flows and f not in finished:
-                finished.append(f)  # (an entry twice: its finish moved away and back)
-        finished.sort(key=lambda f: f.id)  # in start order: deterministic
+        now = self.engine.now
+        for f in self._pop_due(self._catches, "catch", now + 1e-9):
+            f.catch = INF
+            for link in f.path:  # caught up: capped at the next filling
+                self._dirty[link] = None
+        finished = self._pop_due(self._finishes, "finish", now + 1e-6)  # (in start order)
         for f in finished:
             self._remove(f)
         self._changed(())  # at least the next event is to be scheduled again
