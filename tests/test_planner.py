@@ -541,3 +541,33 @@ def test_relay_survives_the_death_of_a_member_it_took_for_a_link() -> None:
     for _ in range(10):  # past the grace
         p.tick()
     assert {r.source for r in p.next_requests()} <= {"n1", "origin"}
+
+
+def test_one_dc_view_shared_by_many_planners_reads_as_each_ones_own_lists() -> None:
+    """The simulator builds one DcView per datacenter change and hands it to every
+    fetcher there: each planner must end up with what set_dc_fetchers gives it from
+    unsorted names with repeats (us added if missing, members that fetch not counted
+    as other members)."""
+    from tensorhub.core.swarm import DcView
+
+    names, members = ["c", "a", "me", "a"], ["z", "me", "b", "c"]
+    view = DcView.of(names, members)
+    assert view == DcView(("a", "c", "me"), ("b", "z"))
+    for me in ("me", "a", "x"):  # "x" is not in the view: it fetches too
+        shared, own = planner(me=me), planner(me=me)
+        shared.set_dc_view(view)
+        own.set_dc_fetchers(names, members)
+        assert (shared.dc_fetchers, shared.dc_members) == (own.dc_fetchers, own.dc_members)
+        assert me in shared.dc_fetchers and me not in shared.dc_members
+    assert planner(me="x").dc_fetchers == ("x",)
+
+
+def test_seen_all_but_marks_every_live_source_seen_now() -> None:
+    """The simulator's form of the holder view's liveness listing: everyone but the dead."""
+    p = planner()
+    for name in ("a", "b", "c"):
+        p.set_source(name, 1, [0])
+    for _ in range(5):
+        p.tick()
+    p.seen_all_but({"b"})
+    assert {n: s.seen_at for n, s in p.sources.items()} == {"a": 5, "b": 0, "c": 5}
