@@ -285,11 +285,16 @@ class Network:
         for f in flows:
             if f.cap is None:
                 continue
-            f.cap.capacity = INF
             up = f.upstream
             assert up is not None
             if up.id in live and left(f) <= left(up) + f.slack:
+                # Capped from the start at the upstream's rate so far: most re-solves leave
+                # it there, and then one filling settles them (from uncapped, every one
+                # took two or more).
+                f.cap.capacity = up.rate if up.rate > 0.0 else INF
                 caught.append(f)  # (an upstream that ended, or one ahead: never capped)
+            else:
+                f.cap.capacity = INF
         for _ in range(len(caught) + 1):
             self._fill(flows)
             changed = False
