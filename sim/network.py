@@ -250,7 +250,7 @@ class Network:
                     if f.id in flows:
                         continue
                     flows[f.id] = f
-                    stack.extend(self._followers.get(f.id, ()))
+                    stack.extend(self._caught(f))
                     for lk in f.path:
                         if lk not in links:
                             links.add(lk)
@@ -258,6 +258,18 @@ class Network:
             todo = nxt
         self.bounded = bool(todo)
         return sorted(flows.values(), key=lambda f: f.id)  # start order: as self.flows
+
+    def _caught(self, f: Flow) -> list[Flow]:
+        """``f``'s followers that have caught up with it: capped at its rate, they move
+        with it, so a re-solve of ``f`` takes them in. One still catching up moves at its
+        own links' rates, which a change of ``f``'s does not touch: only its catch-up
+        time moves (:meth:`_timing`). Taking in every follower, with its chain and its
+        links' neighbours, made a staged broadcast's re-solves 64 % larger."""
+        followers = self._followers.get(f.id)
+        if not followers:
+            return []
+        ahead = self._left(f)
+        return [g for g in followers if self._left(g) <= ahead + g.slack]
 
     @staticmethod
     def _cap(f: Flow) -> bool:
@@ -320,7 +332,7 @@ class Network:
             for link in f.path:
                 link.load -= f.rate
         self._rates(flows)
-        now, live = self.engine.now, self.flows
+        now, solved = self.engine.now, {f.id for f in flows}
         for f in flows:
             for link in f.path:
                 link.load += f.rate
@@ -332,23 +344,32 @@ class Network:
                 f.finish = finish
                 if finish < INF:
                     heapq.heappush(self._finishes, (finish, f.id, f))
-            up = f.upstream
-            if up is not None:
-                catch = INF
-                ahead = self._left(f) - self._left(up)
-                uncapped = f.cap is not None and f.cap.capacity == INF and up.id in live
-                if uncapped and ahead > f.slack and f.rate > up.rate:
-                    catch = now + (ahead - f.slack / 2) / (f.rate - up.rate)
-                if catch != f.catch:
-                    f.catch = catch
-                    if catch < INF:
-                        heapq.heappush(self._catches, (catch, f.id, f))
+            if f.upstream is not None:
+                self._timing(f)
+            for g in self._followers.get(f.id, ()):
+                if g.id not in solved:
+                    self._timing(g)  # still catching up with f: at f's new rate
         if self._next is not None:
             self._next.cancelled = True
             self._next = None
         wait = min(self._due(self._finishes, "finish"), self._due(self._catches, "catch")) - now
         if wait < INF:
             self._next = self.engine.later(max(0.0, wait), self._complete)
+
+    def _timing(self, f: Flow) -> None:
+        """When follower ``f`` catches up with its upstream at their current rates. (One
+        still behind may hold a cap from when it had caught up: it moved slower than the
+        cap since, so the cap does not bind, and its next re-solve lifts it.)"""
+        up = f.upstream
+        assert up is not None
+        catch = INF
+        ahead = self._left(f) - self._left(up)
+        if up.id in self.flows and ahead > f.slack and f.rate > up.rate:
+            catch = self.engine.now + (ahead - f.slack / 2) / (f.rate - up.rate)
+        if catch != f.catch:
+            f.catch = catch
+            if catch < INF:
+                heapq.heappush(self._catches, (catch, f.id, f))
 
     def _due(self, heap: list[tuple[float, int, Flow]], which: str) -> float:
         """The earliest time in ``heap`` that is still its flow's ``which`` (INF: none);

@@ -148,10 +148,12 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
 ) -> None:
     """The network refills only the flows that share links (transitively) with a change,
     and their followers (with no ``solve_depth``: exact); at every reallocation of a whole
-    scenario (TensorHub's cut-through swarm and every baseline), each flow's rate and cap
-    must equal what refilling every flow from scratch gives, bit for bit."""
+    scenario (TensorHub's cut-through swarm and every baseline), each flow's rate must
+    equal what refilling every flow from scratch gives, bit for bit, and so must its cap
+    where either binds (a follower that fell behind keeps its last cap, which does not
+    bind, until its next re-solve lifts it)."""
     print(f"[seed] {kind} seed={seed} (TENSORHUB_SEED={seed})")
-    checked = [0]
+    checked, loose = [0], [0]
     incremental = Network._reallocate
 
     def checking(net: Network) -> None:
@@ -159,7 +161,12 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
         want = _refill_everything(net)
         for f in net.flows.values():
             got = (f.rate, f.cap.capacity if f.cap else None)
-            assert got == want[f.id], (net.engine.now, f.tag, got, want[f.id])
+            rate, cap = want[f.id]
+            assert got[0] == rate, (net.engine.now, f.tag, got, want[f.id])
+            if got[1] != cap:
+                assert got[1] is not None and cap is not None, (f.tag, got, want[f.id])
+                assert f.rate < min(got[1], cap), (net.engine.now, f.tag, got, want[f.id])
+                loose[0] += 1
         checked[0] += 1
 
     monkeypatch.setattr(Network, "_reallocate", checking)
@@ -172,6 +179,7 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
         seed=seed, strong_baselines=False, solve_depth=None, **small
     )
     run(sc)
+    print(f"{checked[0]} re-solves checked; {loose[0]} times a kept cap did not bind")
     assert checked[0] > 100
 
 
