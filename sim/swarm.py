@@ -436,10 +436,8 @@ class Swarm:
         view = DcView.of(active, members)
         for g in active:
             session = self.nodes[g].session
-            if session is not None:
-                session.set_dc_view(view)
-                if g != f:
-                    self._pump(g)  # turns changed: a chunk it waited on may be its own now
+            if session is not None and session.set_dc_view(view) and g != f:
+                self._pump(g)  # turns changed: a chunk it waited on may be its own now
 
     def _alive(self, name: str) -> bool:
         return name in self.nodes and not self.nodes[name].dead

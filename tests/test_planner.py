@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensorhub.core.swarm import ChunkPlanner, Failure, PlannerConfig, Request, wan_owner
+from tensorhub.core.swarm import ChunkPlanner, DcView, Failure, PlannerConfig, Request, wan_owner
 from tensorhub.core.swarm.planner import owner_order
 
 ALL = range(16)
@@ -645,3 +645,37 @@ def test_the_quiet_memo_answers_calls_after_news_of_chunks_we_have() -> None:
         memo, calls = memo + m, calls + c
     print(f"[seed] 0-39: {memo} of {calls} calls after news answered from the memo")
     assert memo > calls // 20
+
+
+def test_a_new_fetcher_wakes_only_chunks_that_wait_on_an_owners_turn() -> None:
+    """A fetch starting elsewhere in our datacenter changes who owns which WAN crossing
+    (and, if it is a rack-mate, which chunk our rack brings in): chunks that slept on such
+    a turn look again, and ``set_dc_view`` says so. A chunk asleep because its nearer
+    holder only deferred it stays asleep: no owner changed that. An unrelated fetcher in
+    another rack wakes no rack turn."""
+    p = planner(n=16, total=64, per_source=64, refused_ticks=50, owner_timeout=50)
+    p.set_source("trainer", 3, ALL, origin=True)  # across the WAN
+    p.set_source("seed", 2, [0])  # same datacenter, another rack: holds chunk 0
+    p.set_dc_fetchers(["me", "a"])
+    first = p.next_requests()
+    assert 0 in {r.chunk for r in first}
+    ours = {r.chunk for r in first if r.source == "trainer"}
+    waiting = set(ALL) - ours - {0}  # a's turn to cross for these
+    assert waiting and set(p._asleep) == waiting
+    p.failed(0, "seed", Failure.REFUSED)  # deferred: chunk 0 waits for seed, not the WAN
+    assert p.next_requests() == [] and 0 in p._asleep and 0 not in p._waiting
+    woke = p.set_dc_view(DcView.of(["me", "a", "b"]))  # b: another rack
+    assert woke and set(p._asleep) == {0}  # still waiting for seed
+    again = {r.chunk for r in p.next_requests()}
+    assert again == {c for c in waiting if owner_order(c, ["me", "a", "b"])[0] == "me"}
+    assert not p.set_dc_view(DcView.of(["me", "a", "b"]))  # no change: nothing to say
+
+    q = planner(n=16, total=64, per_source=64, owner_timeout=50)
+    _rack(q, ["mate"], 16)
+    mine = {r.chunk for r in q.next_requests()}
+    assert mine and set(q._asleep) == set(ALL) - mine  # the mate's turn to bring them in
+    assert not q.set_dc_view(DcView.of(["me", "mate", "far"]))  # far: not of our rack
+    assert set(q._asleep) == set(ALL) - mine
+    q.set_source("mate2", 1, ())
+    assert q.set_dc_view(DcView.of(["me", "mate", "mate2", "far"]))  # a new rack-mate
+    assert not q._asleep

@@ -498,7 +498,7 @@ class ChunkPlanner:
         live members: the candidate WAN owners."""
         self.set_dc_view(DcView.of([*names, self.me], members))
 
-    def set_dc_view(self, view: DcView) -> None:
+    def set_dc_view(self, view: DcView) -> bool:
         """:meth:`set_dc_fetchers` with the lists already made: one view, built once, for
         every planner of a datacenter (the simulator tells each of its fetchers at every
         fetch's start and end; building the lists for each was O(nodes) per fetcher, a
@@ -511,16 +511,32 @@ class ChunkPlanner:
         if fetchers != self.dc_fetchers or view.others != self.dc_members:
             self._changes += 1
             self.dc_fetchers, self.dc_members = fetchers, view.others
-            self._rack = None
-            self._reorder()
+            woke = self._reorder()
+            mates = self._rack_mates()
+            if mates != self._rack:  # (or not known yet)
+                self._rack = mates
+                self._rack_owners.clear()
+                woke |= self._wake(self._rack_waiting)
+            return woke
+        return False
 
-    def _reorder(self) -> None:
-        """The candidate owners changed: owner orders are computed again, and chunks that
-        slept on an owner's turn look again."""
+    def _reorder(self) -> bool:
+        """The candidate WAN owners changed: owner orders are computed again, and chunks
+        that slept on a WAN owner's turn look again; whether any did (a call now may ask
+        for them)."""
         self._owners.clear()
-        for c in list(self._asleep):
+        return self._wake(self._waiting)
+
+    def _wake(self, waiting: dict[int, int]) -> bool:
+        """Chunks asleep that wait on an owner's turn in ``waiting`` look again (those
+        asleep for another reason, a holder backed off, stay: no owner changes that).
+        Waking every sleeping chunk of every fetcher at each start and end of a fetch in
+        its datacenter was a quarter of a 10,240-GPU simulation."""
+        woke = [c for c in waiting if c in self._asleep]
+        for c in woke:
             del self._asleep[c]
             self._return(c)
+        return bool(woke)
 
     def received(self, chunk: int, source: str) -> list[Request]:
         """``chunk`` arrived verified from ``source``; returns duplicate requests to cancel."""
@@ -891,16 +907,7 @@ class ChunkPlanner:
     def _may_enter_rack(self, chunk: int) -> bool:
         """May we fetch ``chunk`` from outside our rack now? Only its rack owner may, first."""
         if self._rack is None:
-            # Our rack-mates among the fetchers, in the fetchers' (sorted) order: found
-            # from our sources, fewer than a large datacenter's fetchers, each looked up
-            # in the sorted list.
-            fetchers, n = self.dc_fetchers, len(self.dc_fetchers)
-            mates = {self.me}
-            for name, s in self.sources.items():
-                near = s.tier <= SAME_RACK
-                if near and (i := bisect_left(fetchers, name)) < n and fetchers[i] == name:
-                    mates.add(name)
-            self._rack = sorted(mates)
+            self._rack = self._rack_mates()
             self._rack_owners.clear()
         if len(self._rack) < 2:
             return True  # no rack-mate fetches this version: nobody to share with
@@ -908,6 +915,17 @@ class ChunkPlanner:
         if order is None:
             order = self._rack_owners[chunk] = owner_order(chunk, self._rack)
         return self._our_turn(chunk, order, self._rack_waiting)
+
+    def _rack_mates(self) -> list[str]:
+        """Our rack-mates among the fetchers, us included, sorted: found from our sources,
+        fewer than a large datacenter's fetchers, each looked up in the sorted list."""
+        fetchers, n = self.dc_fetchers, len(self.dc_fetchers)
+        mates = {self.me}
+        for name, s in self.sources.items():
+            near = s.tier <= SAME_RACK
+            if near and (i := bisect_left(fetchers, name)) < n and fetchers[i] == name:
+                mates.add(name)
+        return sorted(mates)
 
     def _our_turn(self, chunk: int, order: list[str], waiting: dict[int, int]) -> bool:
         """Is it our turn in ``order`` to bring ``chunk`` in? If not, it sleeps until it

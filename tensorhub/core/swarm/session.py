@@ -193,9 +193,10 @@ class FetchSession:
         self.planner.set_dc_fetchers(list(fetchers), list(members))
 
     @_input
-    def set_dc_view(self, view: DcView) -> None:
-        """The same, from a view built once for the whole datacenter."""
-        self.planner.set_dc_view(view)
+    def set_dc_view(self, view: DcView) -> bool:
+        """The same, from a view built once for the whole datacenter; whether chunks that
+        waited on an owner's turn look again (a call now may ask for them)."""
+        return self.planner.set_dc_view(view)
 
     # -- time ----------------------------------------------------------------------------------
 
