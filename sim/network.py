@@ -33,6 +33,10 @@ _ROUNDS = itertools.count(1)
 CATCH_UP = 1e-3
 """A follower within this fraction of its size of its upstream's bytes has caught up: a
 byte-exact test made followers flap between capped and free, an event every nanosecond."""
+CATCH_TOLERANCE = 1e-6
+"""Of the slack: how much further behind a follower at its catch-up event may be found
+(the event's time is rounded): far above a double's error on these byte counts, far
+below a chunk."""
 
 
 @dataclass(eq=False)
@@ -268,8 +272,19 @@ class Network:
         followers = self._followers.get(f.id)
         if not followers:
             return []
-        ahead = self._left(f)
-        return [g for g in followers if self._left(g) <= ahead + g.slack]
+        return [g for g in followers if self._has_caught_up(g)]
+
+    def _has_caught_up(self, f: Flow) -> bool:
+        """Whether follower ``f`` moves with its upstream now: within ``slack`` of its
+        bytes, the very point its catch-up event is scheduled for (:meth:`_timing`). A
+        test at twice that distance left a band in which a follower was capped by
+        whichever re-solve took it in first, so that re-solving some flows and all of
+        them disagreed."""
+        up = f.upstream
+        assert up is not None
+        if up.id not in self.flows:
+            return False
+        return self._left(f) <= self._left(up) + f.slack * (1.0 + CATCH_TOLERANCE)
 
     @staticmethod
     def _cap(f: Flow) -> bool:
@@ -292,14 +307,13 @@ class Network:
         more level of a chain of followers. (Four rounds at most, until session 9, left the
         fifth level of a cut-through chain across the WAN filled past its cap, faster than
         its upstream.) No time passes between rounds, so who has caught up is decided once."""
-        live, left = self.flows, self._left
         caught = []
         for f in flows:
             if f.cap is None:
                 continue
             up = f.upstream
             assert up is not None
-            if up.id in live and left(f) <= left(up) + f.slack:
+            if self._has_caught_up(f):
                 # Capped from the start at the upstream's rate so far: most re-solves leave
                 # it there, and then one filling settles them (from uncapped, every one
                 # took two or more).
@@ -363,9 +377,10 @@ class Network:
         up = f.upstream
         assert up is not None
         catch = INF
-        ahead = self._left(f) - self._left(up)
-        if up.id in self.flows and ahead > f.slack and f.rate > up.rate:
-            catch = self.engine.now + (ahead - f.slack / 2) / (f.rate - up.rate)
+        assert f.cap is not None
+        if up.id in self.flows and f.rate > up.rate and f.rate < f.cap.capacity:
+            ahead = self._left(f) - self._left(up)  # (not capped, or its cap does not bind)
+            catch = self.engine.now + max(0.0, ahead - f.slack) / (f.rate - up.rate)
         if catch != f.catch:
             f.catch = catch
             if catch < INF:
