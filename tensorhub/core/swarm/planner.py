@@ -228,6 +228,7 @@ class ChunkPlanner:
         self._owners: dict[int, list[str]] = {}  # chunk -> its WAN owner order
         self._began: int | None = None  # the tick of the first next_requests call
         self._rack: list[str] | None = None  # our rack's fetchers (None: to be derived)
+        self._near: list[str] | None = None  # our sources in our rack (None: to be derived)
         self._rack_owners: dict[int, list[str]] = {}  # chunk -> its rack owner order
         self.now = 0
         self._order = list(range(num_chunks))
@@ -402,11 +403,11 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is None:
             src = self.sources[name] = SourceInfo(tier, set(), origin, seen_at=self.now)
-            self._rack = None
+            self._rack = self._near = None
             self._kept = None
         else:
             if src.tier != tier:
-                self._rack = None
+                self._rack = self._near = None
             if (src.tier, src.origin) != (tier, origin):
                 self._kept = None  # its rank moved
             src.place(tier, origin)
@@ -427,7 +428,7 @@ class ChunkPlanner:
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
             src.seen_at = -1  # (new: a change)
-            self._rack = None
+            self._rack = self._near = None
             self._kept = None
         if src is not None:
             # News of a chunk we have changes no scan (unless it is the source's first,
@@ -474,7 +475,7 @@ class ChunkPlanner:
         src = self.sources.pop(name, None)
         self._assumed.discard(name)  # (relay's links are sources: a dead one is neither)
         if src is not None:
-            self._rack = None
+            self._rack = self._near = None
             self._kept = None
             for c in self._rack_waiting:  # perhaps it was their rack owner: look again
                 if self._asleep.pop(c, None) is not None:
@@ -793,7 +794,7 @@ class ChunkPlanner:
                 src = self.sources[name] = SourceInfo(RACK_TIER, set(), seen_at=self.now)
                 self._assumed.add(name)
                 self._kept = None
-                self._rack = None
+                self._rack = self._near = None
             if self._usable(src):
                 return name
         origins = [
@@ -919,11 +920,13 @@ class ChunkPlanner:
     def _rack_mates(self) -> list[str]:
         """Our rack-mates among the fetchers, us included, sorted: found from our sources,
         fewer than a large datacenter's fetchers, each looked up in the sorted list."""
+        if self._near is None:  # (kept: a start or end of a fetch in our datacenter asks
+            # every fetcher's planner again, and a trainer's hosts are all its sources)
+            self._near = [n for n, s in self.sources.items() if s.tier <= SAME_RACK]
         fetchers, n = self.dc_fetchers, len(self.dc_fetchers)
         mates = {self.me}
-        for name, s in self.sources.items():
-            near = s.tier <= SAME_RACK
-            if near and (i := bisect_left(fetchers, name)) < n and fetchers[i] == name:
+        for name in self._near:
+            if (i := bisect_left(fetchers, name)) < n and fetchers[i] == name:
                 mates.add(name)
         return sorted(mates)
 
