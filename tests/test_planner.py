@@ -570,7 +570,13 @@ def test_seen_all_but_marks_every_live_source_seen_now() -> None:
     for _ in range(5):
         p.tick()
     p.seen_all_but({"b"})
-    assert {n: s.seen_at for n, s in p.sources.items()} == {"a": 5, "b": 0, "c": 5}
+    assert {n: p._seen(n, s) for n, s in p.sources.items()} == {"a": 5, "b": 0, "c": 5}
+    p.tick()
+    p.seen_all_but({"b", "c"})  # c died since: still last seen at 5
+    p.set_source("d", 1, [0])  # added after the listing: seen when added
+    p.tick()
+    seen = {n: p._seen(n, s) for n, s in p.sources.items()}
+    assert seen == {"a": 6, "b": 0, "c": 5, "d": 6}
 
 
 def _twin_inputs(seed: int, relay: bool) -> tuple[int, int]:
