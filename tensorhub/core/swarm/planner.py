@@ -585,7 +585,8 @@ class ChunkPlanner:
         src = self.sources.get(source)
         if src is None:
             return
-        self._kept = None  # it may be backed off or banned below
+        if why not in (Failure.MISSING, Failure.REFUSED):
+            self._kept = None  # backed off or banned below (those two block one chunk only)
         if why == Failure.CORRUPT:
             src.strikes += 1
             src.banned = src.strikes >= self.cfg.max_strikes
