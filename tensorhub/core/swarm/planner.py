@@ -429,7 +429,6 @@ class ChunkPlanner:
         src = self.sources.get(name)
         if src is None and tier is not None and name != self.me:
             src = self.sources[name] = SourceInfo(tier, set())
-            src.seen_at = -1  # (new: a change)
             self._rack = self._near = None
             self._kept = None
         if src is not None:
