@@ -318,8 +318,8 @@ class Network:
                 # it there, and then one filling settles them (from uncapped, every one
                 # took two or more).
                 f.cap.capacity = up.rate if up.rate > 0.0 else INF
-                caught.append(f)  # (an upstream that ended, or one ahead: never capped)
-            else:
+                caught.append(f)
+            else:  # (an upstream that ended, or one ahead: never capped)
                 f.cap.capacity = INF
         for _ in range(len(caught) + 1):
             self._fill(flows)

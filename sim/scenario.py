@@ -85,9 +85,9 @@ class Scenario:
     # or ends, the flows within this many links of it get max-min fair rates again, and
     # flows further out keep theirs until a change of their own. None: every flow
     # connected to it, exact but O(network) per change (a 2,048-GPU broadcast re-solved 230
-    # flows per change on average). At 1,024 GPUs, 4 moves TensorHub's total stall by
-    # +0.09 % and its worst rollout by +1.3 % against exact re-solves; the baselines' runs,
-    # with few flows, are always exact. docs/results.md has the effect at 2,048 GPUs.
+    # flows per change on average). At 1,024 GPUs, 4 gives the exact run's figures, at
+    # 2,048 within 0.01 % (docs/results.md); the baselines' runs, with few flows, are
+    # always exact.
     solve_depth: int | None = 4
     seed: int = 1
 

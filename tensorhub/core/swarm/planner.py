@@ -488,9 +488,7 @@ class ChunkPlanner:
         if src is not None:
             self._rack = self._near = None
             self._kept = None
-            for c in self._rack_waiting:  # perhaps it was their rack owner: look again
-                if self._asleep.pop(c, None) is not None:
-                    self._return(c)
+            self._wake(self._rack_waiting)  # perhaps it was their rack owner: look again
             if name in self._full:
                 self._full.discard(name)  # the partial counts never included it
             else:
