@@ -44,7 +44,11 @@ def predict_fanout(
     c = Cluster.build(spec)
     hosts = sorted(c.hosts)
     cfg = SwarmConfig.of(
-        dataplane, chunks=max(1, math.ceil(size / chunk)), cut_through=False, tick=NODE_TICK
+        dataplane,
+        chunks=max(1, math.ceil(size / chunk)),
+        cut_through=dataplane.cut_through,
+        early_hints=False,
+        tick=NODE_TICK,
     )
     s = Swarm(e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed)
     s.start(at={f: 0.0 for f in hosts[1:]})

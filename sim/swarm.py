@@ -60,6 +60,12 @@ class SwarmConfig:
     # each 4 MiB chunk once it has it, and a simulated chunk is a run of many of them.
     # Off: a simulated chunk is served only once whole (store and forward).
     cut_through: bool = True
+    # With cut-through: peers learn of a chunk ``hint_delay`` after its transfer began, so
+    # they ask for it while it lands (a coarse chunk is a run of many real ones, each
+    # announced as it is verified). Off: as the node, a chunk is announced once whole, and
+    # a request for one asked for but not landing yet is parked until it begins to land
+    # (serve.serve_decision), which is what lets a relay's next hop trail by a piece.
+    early_hints: bool = True
     # The rest are the data plane's settings: tensorhub.core.swarm.presets.SIMULATED, a
     # named departure from the node's (presets.DEPARTURES says why each one differs).
     reserve_after: float = SIMULATED.reserve_after
@@ -115,6 +121,9 @@ class _Node:
     seen_tick: int = -1  # the planner tick its sources were last marked seen
     inflight: dict[Request, Transfer | None] = field(default_factory=dict)
     parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
+    starting: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
+    """Requests parked until a chunk begins to land here (cut-through without early
+    hints), or until it settles."""
 
     def receiving(self, chunk: int) -> bool:
         """Bytes of ``chunk`` are on their way here (a transfer holds a slot at a source).
@@ -129,6 +138,12 @@ class _Node:
 
     def settle(self, chunk: int) -> None:
         for answer in self.parked.pop(chunk, []):
+            answer()
+        self.landing(chunk)
+
+    def landing(self, chunk: int) -> None:
+        """Bytes of ``chunk`` began to land here (or it settled): ask again who waited."""
+        for answer in self.starting.pop(chunk, []):
             answer()
 
 
@@ -348,21 +363,22 @@ class Swarm:
                 spare=src.slots.has_spare(),
             )
 
+        cut = self.cfg.cut_through
+        # (Nor may s pass on bytes that f itself is passing to it: once their real source
+        # died, the two would wait on each other for ever.)
+        landing = cut and not src.have[c] and src.receiving(c) and not self._feeds(f, s, c)
         d = serve_decision(
             have=bool(src.have[c]),
-            # (Nor may s pass on bytes that f itself is passing to it: once their real
-            # source died, the two would wait on each other for ever.)
-            incoming=(
-                src.receiving(c) and not self._feeds(f, s, c)
-                if self.cfg.cut_through
-                else src.requested(c)
-            ),
+            incoming=landing if cut and self.cfg.early_hints else src.requested(c),
             admit=lambda: src.slots.admit(near=self.c.tier(s, f) <= SAME_RACK),
             seed=seed if src.seeder is not None else None,
-            cut_through=self.cfg.cut_through,
+            cut_through=cut,
+            landing=landing,
         )
-        if d.verdict is Verdict.PARK:  # answer once it has arrived
-            src.parked.setdefault(c, []).append(lambda: self._serve(s, f, r))
+        if d.verdict is Verdict.PARK:  # answer once it lands (cut through) or has arrived
+            (src.starting if cut else src.parked).setdefault(c, []).append(
+                lambda: self._serve(s, f, r)
+            )
             return
         if d.verdict is not Verdict.SERVE:
             outcome = _OUTCOME[d.verdict]
@@ -397,7 +413,9 @@ class Swarm:
             if fetcher.session is not None:
                 fetcher.session.receiving(r, self.e.now)
             if self.cfg.cut_through and not fetcher.have[c]:
-                self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
+                if self.cfg.early_hints:
+                    self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
+                fetcher.landing(c)
 
         if src.slots.request(f, ticket):
             go()

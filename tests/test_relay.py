@@ -50,3 +50,26 @@ async def test_fetchers_relay_the_version_down_a_chain(tmp_path: Path) -> None:
     # on NIC-limited nodes, bench/linerate.py: 1.00-1.17.)
     assert sent[publisher.address] <= 2.0 * size, (sent, size)
     assert sum(sent.values()) >= len(rolls) * size  # every byte came from someone
+
+
+async def test_a_relay_cutting_through_passes_each_chunk_on_while_it_lands(
+    tmp_path: Path,
+) -> None:
+    """With ``cut_through`` a link serves its downstream the bytes of a chunk as they land
+    (in pieces, the last once verified), so the chain trails by a piece, not a chunk:
+    every fetcher still ends with the publisher's exact bytes."""
+    async with cluster(
+        tmp_path, rollouts=4, dcs=1, dataplane="relay:cut_through=true", rack="rack0"
+    ) as (voters, rolls):
+        w = weights(16)
+        pub = await voters[0].publish("policy", 1, w, chunk_size=2 << 20)
+        intos = [empty_like_manifest(pub.manifest) for _ in rolls]
+        await asyncio.gather(
+            *(r.fetch("policy", 1, into) for r, into in zip(rolls, intos, strict=True))
+        )
+        for into in intos:
+            assert all(same_bytes(w[k], into[k]) for k in w)
+        cut = sum(h.chunks_cut_through for r in rolls for h in r.node.handlers)
+        served = sum(h.chunks_served for r in rolls for h in r.node.handlers)
+    print(f"rollouts served {served} chunks, {cut} of them while they landed")
+    assert cut > 0, "no chunk was passed on while it landed"

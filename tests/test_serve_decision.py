@@ -24,7 +24,8 @@ SERVE, REFUSE = SeedDecision(True), SeedDecision(False, ("x", "y"))
         (True, False, True, None, False, ServeDecision(Verdict.SERVE)),
         (False, False, True, None, False, ServeDecision(Verdict.NO_CHUNK)),
         (False, True, True, None, False, ServeDecision(Verdict.PARK)),
-        (False, True, True, None, True, ServeDecision(Verdict.SERVE)),  # the sim's option
+        # cut through: asked for, its bytes not landing yet: parked until they land
+        (False, True, True, None, True, ServeDecision(Verdict.PARK)),
         (False, False, True, None, True, ServeDecision(Verdict.NO_CHUNK)),
         (True, False, False, None, False, ServeDecision(Verdict.BUSY)),
         (True, False, True, REFUSE, False, ServeDecision(Verdict.REDIRECT, ("x", "y"))),
@@ -64,6 +65,23 @@ def test_the_verdicts_in_their_order(
         assert asked == []
     if want.verdict is Verdict.BUSY:
         assert asked == ["admit"]
+
+
+@pytest.mark.parametrize(
+    ("cut_through", "admit", "want"),
+    [
+        (True, True, Verdict.SERVE),  # served while it lands
+        (True, False, Verdict.BUSY),  # as any upload, within the upload limits
+        (False, True, Verdict.PARK),  # without cut-through, landing bytes wait for the whole
+    ],
+)
+def test_a_chunk_whose_bytes_are_landing_is_served_only_cutting_through(
+    cut_through: bool, admit: bool, want: Verdict
+) -> None:
+    got = serve_decision(
+        have=False, incoming=True, admit=lambda: admit, cut_through=cut_through, landing=True
+    )
+    assert got.verdict is want
 
 
 DC = {"a1": "A", "a2": "A", "b1": "B", "b2": "B"}

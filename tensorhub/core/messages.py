@@ -124,13 +124,19 @@ class GetChunk(Message, frozen=True, tag="get_chunk"):
 
 @register
 class ChunkData(Message, frozen=True, tag="chunk"):
-    """Reply to GetChunk; the payload is the chunk's bytes, which the fetcher checks against
-    the committed manifest's digest before it uses them (hence ``DIGESTED``)."""
+    """Reply to GetChunk; the payload is the chunk's bytes from ``offset`` on, which the
+    fetcher checks against the committed manifest's digest once it has them all (hence
+    ``DIGESTED``). A held chunk goes in one frame; one served while it lands here (cut
+    through) goes in pieces as its bytes arrive, in order, the ``last`` one only once we
+    verified it, so an Error for the request can still replace a piece (the asker then
+    drops what it got: no bytes of a chunk we failed to verify complete a chunk there)."""
 
     HAS_PAYLOAD = True
     DIGESTED = True
     req: int
     chunk: int
+    offset: int = 0
+    last: bool = True
 
 
 @register

@@ -39,7 +39,7 @@ from .errors import AuthenticationError, ProtocolError
 from .messages import Message, Packed, registered
 
 MAGIC = b"TH"
-PROTO_VERSION = 4
+PROTO_VERSION = 5
 FLAG_MAC = 0x01
 FLAG_DIGESTED = 0x02
 PREFIX = struct.Struct("!2sBBIQ")
@@ -179,6 +179,9 @@ class FrameReader:
         self._parts: list[memoryview] = []
         self._part = 0  # index of the part being filled
         self._part_off = 0  # bytes already in that part
+        self.payload_landed = 0
+        """Bytes of the payload in progress that are in its sink memory now (what a node
+        serving a chunk as it lands may pass on; staged bytes are not there yet)."""
         self._into_sink = False  # whether the last get_buffer handed out sink memory
         self.frames = 0
         self.staged_payload_bytes = 0  # payload bytes that went through staging (copied)
@@ -261,6 +264,7 @@ class FrameReader:
         self._parts = [p for p in views if len(p)]
         self._part = 0
         self._part_off = 0
+        self.payload_landed = 0
         self._state = _PAYLOAD
 
     def divert(self) -> None:
@@ -369,6 +373,7 @@ class FrameReader:
             self._state = _PAYLOAD_DONE
 
     def _step_part(self, n: int) -> None:
+        self.payload_landed += n
         self._part_off += n
         if self._part_off == len(self._parts[self._part]):
             self._part += 1
@@ -378,6 +383,7 @@ class FrameReader:
         msg, parts = self._msg, self._parts
         assert msg is not None
         self._msg, self._parts = None, []
+        self.payload_landed = 0
         return Payload(msg, parts)
 
     def _compact(self) -> None:

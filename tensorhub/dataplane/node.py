@@ -156,6 +156,7 @@ class Node:
             self.upload_grants,
             lambda peer, _replica: self.view.seed_context(peer),
             lambda: self.shaper,
+            cut_through=self.dataplane.cut_through,
         )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))

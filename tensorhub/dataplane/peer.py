@@ -43,7 +43,7 @@ from ..core.swarm import SeedDecision
 from ..core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
 from ..io.shaping import WanShaper
 from ..io.tcp import Connection
-from .store import LocalStore, Replica
+from .store import Landing, LocalStore, Replica
 from .upload_grants import Grant, UploadGrants
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,25 @@ where a thread hop would cost more than the hash."""
 
 _verifiers = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), "tensorhub-verify")
 
+PIECE = 256 * 1024
+"""Cut through: bytes that must have landed past what we sent before the next piece goes
+out, and the tail kept back until the chunk verified here. Smaller pieces trail the
+upstream more closely but cost a frame each (a 4 MiB chunk goes in about 16)."""
+
+
+def byte_range(parts: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
+    """Bytes ``start:stop`` of the concatenation of ``parts``, as views of them."""
+    out, pos = [], 0
+    for p in parts:
+        n = len(p)
+        lo, hi = max(start - pos, 0), min(stop - pos, n)
+        if lo < hi:
+            out.append(p[lo:hi])
+        pos += n
+        if pos >= stop:
+            break
+    return out
+
 
 @dataclass
 class _Request:
@@ -75,6 +94,9 @@ class _Request:
     expected_root: bytes | None = None
     abandoned: bool = False  # its reply is read and dropped; its memory is not touched
     arriving: Callable[[], None] | None = None  # told when its payload begins to arrive
+    primary: bool = False  # into the replica's own memory (not an endgame copy's scratch)
+    received: int = 0  # bytes of the chunk received so far (a reply may come in pieces)
+    landing: Landing | None = None  # into the replica's own memory: others may stream it
 
 
 @dataclass
@@ -83,6 +105,7 @@ class _Reply:
     replica: Replica | None = None
     chunk: int = -1
     grant: Grant | None = None
+    landing: Landing | None = None  # the chunk is not verified here yet: cut through
 
 
 class PeerHandler:
@@ -96,8 +119,10 @@ class PeerHandler:
         grants: UploadGrants | None = None,
         seed_context: SeedView | None = None,
         shaper: Callable[[], WanShaper | None] | None = None,
+        cut_through: bool = False,
     ) -> None:
         self.conn = conn
+        self.cut_through = cut_through  # serve a chunk while it lands (presets: cut_through)
         self.store = store
         self._control = control or {}
         self._grants = grants or UploadGrants()
@@ -112,6 +137,7 @@ class PeerHandler:
         self._writer: asyncio.Task[None] | None = None
         self.chunks_served = 0
         self.bytes_served = 0
+        self.chunks_cut_through = 0  # of chunks_served: sent while they landed here
         self._receiving: int | None = None  # the request whose chunk payload is arriving
         self._haves: dict[tuple[str, int, str], list[int]] = {}  # to tell, not yet sent
         self.asked_for: set[tuple[str, int]] = set()
@@ -131,20 +157,7 @@ class PeerHandler:
             handler(self, msg)
             return None
         if isinstance(msg, ChunkData):
-            req = self._pending.get(msg.req)
-            if req is None or req.replica is None:
-                raise ProtocolError(f"unsolicited chunk reply req={msg.req}")
-            if msg.chunk != req.chunk or payload_len != sum(len(p) for p in req.parts):
-                raise ProtocolError(
-                    f"chunk reply req={msg.req} is chunk {msg.chunk} of {payload_len} bytes; "
-                    f"asked for chunk {req.chunk} of {sum(len(p) for p in req.parts)}"
-                )
-            if req.abandoned:
-                return None  # read into a throwaway buffer
-            self._receiving = msg.req
-            if req.arriving is not None:
-                req.arriving()
-            return req.parts
+            return self._chunk_sink(msg, payload_len)
         if isinstance(msg, ManifestData):
             if msg.req not in self._pending:
                 raise ProtocolError(f"unsolicited manifest reply req={msg.req}")
@@ -164,13 +177,58 @@ class PeerHandler:
             return None
         raise ProtocolError(f"unexpected {type(msg).__name__} on this connection")
 
+    def _chunk_sink(self, msg: ChunkData, payload_len: int) -> Sequence[memoryview] | None:
+        """Where a chunk reply's bytes go: the asker's memory at their offset (None: a
+        throwaway buffer, for a request we abandoned)."""
+        req = self._pending.get(msg.req)
+        if req is None or req.replica is None:
+            raise ProtocolError(f"unsolicited chunk reply req={msg.req}")
+        size = sum(len(p) for p in req.parts)
+        end = msg.offset + payload_len
+        if (
+            msg.chunk != req.chunk
+            or msg.offset != req.received
+            or end > size
+            or msg.last != (end == size)
+        ):
+            raise ProtocolError(
+                f"chunk reply req={msg.req} is chunk {msg.chunk} bytes {msg.offset}:{end}"
+                f"{' (last)' if msg.last else ''}; asked for chunk {req.chunk} of {size} "
+                f"bytes, {req.received} received"
+            )
+        if req.abandoned:
+            return None  # read into a throwaway buffer
+        self._receiving = msg.req
+        if msg.offset == 0:
+            if req.arriving is not None:
+                req.arriving()
+            if req.primary:
+                req.landing = req.replica.begin_landing(req.chunk)
+        return byte_range(req.parts, msg.offset, end)
+
+    def on_progress(self, conn: Connection, landed: int) -> None:
+        if self._receiving is not None:
+            req = self._pending.get(self._receiving)
+            if req is not None and req.landing is not None and not req.abandoned:
+                req.landing.advance(req.received + landed)
+
     def on_payload(self, conn: Connection, msg: Message, parts: Sequence[memoryview]) -> None:
         assert isinstance(msg, ChunkData | ManifestData)
         self._receiving = None
+        if isinstance(msg, ChunkData) and not msg.last:  # a piece: more of the chunk follows
+            req = self._pending.get(msg.req)
+            if req is not None:
+                req.received += sum(len(p) for p in parts)
+                if req.landing is not None and not req.abandoned:
+                    req.landing.advance(req.received)
+            return
         req = self._pending.pop(msg.req, None)
         if req is None or req.fut.done() or req.abandoned:
             return
         if isinstance(msg, ChunkData):
+            parts = req.parts  # (the whole chunk: it may have come in pieces)
+            if req.landing is not None:
+                req.landing.advance(sum(len(p) for p in parts))
             if sum(len(p) for p in parts) < VERIFY_OFF_LOOP:
                 self._verified(conn.peer, req, digest_parts(parts))
             else:
@@ -216,6 +274,8 @@ class PeerHandler:
             + (f": {exc}" if exc else "")
         )
         for req in self._pending.values():
+            if req.landing is not None and req.replica is not None:
+                req.replica.end_landing(req.chunk, req.landing)
             if not req.fut.done():
                 req.fut.set_exception(err)
                 req.fut.exception()  # retrieved by whoever awaits; never "never retrieved"
@@ -275,14 +335,18 @@ class PeerHandler:
                 spare=self._grants.policy.has_spare(),
             )
 
+        have = bool(replica.have[msg.chunk])
+        landing = None if have or not self.cut_through else replica.landing(msg.chunk)
         d = serve_decision(
-            have=bool(replica.have[msg.chunk]),
+            have=have,
             incoming=msg.chunk in replica.incoming,
             admit=lambda: self._grants.admit(peer),
             seed=seed if seeder is not None else None,
+            cut_through=self.cut_through,
+            landing=landing is not None,
         )
         if d.verdict is Verdict.PARK:
-            replica.park(msg.chunk, lambda: self._unpark(msg))
+            replica.park(msg.chunk, lambda: self._unpark(msg), until_bytes=self.cut_through)
         elif d.verdict is Verdict.NO_CHUNK:
             self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
         elif d.verdict is Verdict.BUSY:
@@ -294,7 +358,9 @@ class PeerHandler:
                 seeder.sent(msg.chunk, peer, now)
             replica.begin_read()
             grant = self._grants.request(peer)
-            self._out.append(_Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant))
+            self._out.append(
+                _Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant, landing)
+            )
 
     def tell_have(self, key: ShardKey, version: int, addr: str, chunk: int) -> None:
         """Tell the peer we hold ``chunk`` now (sent ahead of queued replies, coalesced)."""
@@ -310,9 +376,7 @@ class PeerHandler:
         try:
             while not conn.is_closing:
                 if self._haves:  # small and time-critical: before any queued reply
-                    haves, self._haves = self._haves, {}
-                    for (key, version, addr), chunks in haves.items():
-                        await conn.send(Have(key, version, addr, chunks))
+                    await self._send_haves()
                     continue
                 if not self._out:
                     self._wake.clear()
@@ -326,19 +390,23 @@ class PeerHandler:
                     assert reply.replica is not None and reply.grant is not None
                     await reply.grant.ready  # an upload slot (fair among requesting peers)
                     r = reply.replica
-                    parts = r.data.read_parts(reply.chunk)
                     n = r.manifest.layout.chunk_len(reply.chunk)
                     shaper = self._shaper()
                     if shaper is not None:  # WAN emulation: this node's share of the link
                         await shaper.upload(conn.peer or "?", n)
-                    await conn.send(reply.msg, parts)
+                    if reply.landing is not None and not r.have[reply.chunk]:
+                        served = await self._stream(reply, n)
+                    else:
+                        await conn.send(reply.msg, r.data.read_parts(reply.chunk))
+                        served = True
                     # Sent, not yet flushed: the flusher ends the upload and frees the slot.
                     self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
                     if self._flusher is None:
                         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-                    self.chunks_served += 1
-                    self.bytes_served += n
-                    self._grants.count(conn.peer or "?", r.key, r.version, n)
+                    if served:
+                        self.chunks_served += 1
+                        self.bytes_served += n
+                        self._grants.count(conn.peer or "?", r.key, r.version, n)
                 else:
                     await conn.send(reply.msg)
                 self._out.popleft()
@@ -348,6 +416,38 @@ class PeerHandler:
             for reply in self._out:
                 self._drop(reply)
             self._out.clear()
+
+    async def _send_haves(self) -> None:
+        haves, self._haves = self._haves, {}
+        for (key, version, addr), chunks in haves.items():
+            await self.conn.send(Have(key, version, addr, chunks))
+
+    async def _stream(self, reply: _Reply, n: int) -> bool:
+        """Send a chunk while it lands here (cut through), in pieces as its bytes arrive,
+        and the last piece only once it verified here; if its landing fails instead, an
+        Error for the request ends the reply (the asker drops the pieces and asks again:
+        "lost_chunk" reads as "not yet"). Whether the chunk was served."""
+        assert reply.landing is not None and reply.replica is not None
+        landing, conn, msg, c = reply.landing, self.conn, reply.msg, reply.chunk
+        assert isinstance(msg, ChunkData)
+        parts = reply.replica.data.read_parts(c)
+        sent = 0
+        while True:
+            if landing.failed:
+                await conn.send(Error("lost_chunk", f"chunk {c} did not verify here", msg.req))
+                return False
+            if self._haves:  # (a stream may take a while: news goes out between pieces)
+                await self._send_haves()
+            if landing.verified:
+                await conn.send(ChunkData(msg.req, c, sent, True), byte_range(parts, sent, n))
+                self.chunks_cut_through += sent > 0
+                return True
+            ready = landing.landed - PIECE  # the tail waits for verification
+            if ready - sent >= PIECE:
+                await conn.send(ChunkData(msg.req, c, sent, False), byte_range(parts, sent, ready))
+                sent = ready
+                continue
+            await landing.reached(sent + 2 * PIECE)
 
     def _drop(self, reply: _Reply) -> None:
         """A queued chunk reply that will never be sent: give back what it holds."""
@@ -410,9 +510,12 @@ class PeerHandler:
         :meth:`abandon` it synchronously (a task cancellation lands too late for that);
         ``arriving()`` when the reply's payload begins (the source is not hung)."""
         parts = replica.data.write_parts(chunk) if into is None else into
-        rid, req = self._new_request(chunk=chunk, replica=replica, parts=parts, arriving=arriving)
+        rid, req = self._new_request(
+            chunk=chunk, replica=replica, parts=parts, arriving=arriving, primary=into is None
+        )
         if issued is not None:
             issued(self, rid)
+        verified = False
         try:
             shaper = self._shaper()
             if shaper is not None:  # WAN emulation: the request leaves one RTT late
@@ -420,11 +523,15 @@ class PeerHandler:
             msg = GetChunk(rid, replica.key, replica.version, chunk, replica.onward)
             await self.conn.send(msg)
             await req.fut
+            verified = True
         except asyncio.CancelledError:
             self.abandon(rid)
             raise
+        finally:
+            if not verified and req.landing is not None:
+                replica.end_landing(chunk, req.landing)  # who streams it from us stops
         if into is None:
-            replica.mark(chunk)
+            replica.mark(chunk, req.landing)
 
     def abandon(self, rid: int) -> None:
         """Give up on request ``rid`` now: from this moment its reply never writes into the
@@ -434,6 +541,8 @@ class PeerHandler:
         if req is None or req.abandoned:
             return
         req.abandoned = True
+        if req.landing is not None and req.replica is not None:
+            req.replica.end_landing(req.chunk, req.landing)
         if self._receiving == rid:
             self.conn.divert_payload()
         if not req.fut.done():

@@ -18,6 +18,54 @@ from ..core.swarm import SuperSeeder
 from ..io.tensors import TensorBytes
 
 
+class Landing:
+    """One request's bytes of a chunk landing in a replica's memory: how many are there,
+    and whether they ended verified or not. A node serving the chunk as it lands (cut
+    through) streams from one landing and completes the stream only if that landing
+    verifies: bytes from an attempt that failed (corrupt, cut off, abandoned) must not
+    complete a chunk downstream, even if a later attempt fills the same memory."""
+
+    def __init__(self) -> None:
+        self.landed = 0
+        self.verified = False
+        self.failed = False
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def over(self) -> bool:
+        return self.verified or self.failed
+
+    def advance(self, landed: int) -> None:
+        if landed > self.landed:
+            self.landed = landed
+            self._wake()
+
+    def end(self, verified: bool) -> None:
+        if not self.over:
+            self.verified, self.failed = verified, not verified
+            self._wake()
+
+    async def reached(self, landed: int) -> None:
+        """Return once ``landed`` bytes are here, or the landing is over."""
+        if self.landed >= landed or self.over:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((landed, fut))
+        await fut
+
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        keep = []
+        for want, fut in self._waiters:
+            if self.landed >= want or self.over:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((want, fut))
+        self._waiters = keep
+
+
 @dataclass
 class Replica:
     key: ShardKey
@@ -31,6 +79,8 @@ class Replica:
     incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
     onward: bool = True  # serves what it receives (False: a partial read, see swarm_fill)
     _parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
+    _landings: dict[int, Landing] = field(default_factory=dict)  # chunk -> its bytes landing
+    _awaiting_bytes: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -46,24 +96,52 @@ class Replica:
     def held(self) -> int:
         return sum(self.have)
 
-    def mark(self, chunk: int) -> None:
+    def mark(self, chunk: int, landing: Landing | None = None) -> None:
+        """``chunk`` is verified (its bytes came through ``landing``, if one)."""
         self.have[chunk] = 1
+        if landing is not None:
+            landing.end(verified=True)
+        self._landings.pop(chunk, None)
         self.data.landed(chunk)  # its device copy (if any) overlaps the rest of the fetch
         self.settle(chunk)
 
-    def park(self, chunk: int, answer: Callable[[], None]) -> None:
+    def begin_landing(self, chunk: int) -> Landing:
+        """A request's bytes of ``chunk`` begin to land in our memory: requests parked
+        until then (cut through) are answered now."""
+        old = self._landings.get(chunk)
+        if old is not None:
+            old.end(verified=False)  # (its request is over: a new one writes the memory)
+        landing = self._landings[chunk] = Landing()
+        for answer in self._awaiting_bytes.pop(chunk, []):
+            answer()
+        return landing
+
+    def end_landing(self, chunk: int, landing: Landing) -> None:
+        """``landing``'s request ended without verifying the chunk."""
+        landing.end(verified=False)
+        if self._landings.get(chunk) is landing:
+            del self._landings[chunk]
+
+    def landing(self, chunk: int) -> Landing | None:
+        """The bytes of ``chunk`` landing here now, if any (not yet verified)."""
+        return self._landings.get(chunk)
+
+    def park(self, chunk: int, answer: Callable[[], None], until_bytes: bool = False) -> None:
         """A peer asked for ``chunk`` while it is on its way here: answer once it is
-        verified (or once it is not coming after all), instead of "not yet" and a retry."""
-        self._parked.setdefault(chunk, []).append(answer)
+        verified (or once it is not coming after all), instead of "not yet" and a retry;
+        ``until_bytes``: already once its bytes begin to land (cut through)."""
+        (self._awaiting_bytes if until_bytes else self._parked).setdefault(chunk, []).append(answer)
 
     def settle(self, chunk: int) -> None:
         """``chunk`` arrived, or its requests ended without it: answer who waited for it."""
-        for answer in self._parked.pop(chunk, []):
+        for answer in self._parked.pop(chunk, []) + self._awaiting_bytes.pop(chunk, []):
             answer()
 
     def settle_all(self) -> None:
-        for chunk in list(self._parked):
+        for chunk in {*self._parked, *self._awaiting_bytes}:
             self.settle(chunk)
+        for chunk, landing in list(self._landings.items()):
+            self.end_landing(chunk, landing)
 
     def begin_read(self) -> None:
         self.readers += 1

@@ -74,6 +74,10 @@ class Handler(Protocol):
     def on_close(self, conn: Connection, exc: BaseException | None) -> None:
         """The connection closed (``exc`` says why, None for a clean close)."""
 
+    def on_progress(self, conn: Connection, landed: int) -> None:
+        """``landed`` bytes of the payload in progress are in the memory on_frame gave
+        (told after each read that put some there)."""
+
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` ports free on ``host`` now, for a local cluster whose addresses must be known
@@ -176,6 +180,9 @@ class Connection(asyncio.BufferedProtocol):
                     self._on_frame(ev)
                 else:
                     self._on_payload(ev)
+            if self._reader.payload_landed and self._reader.receiving_payload:
+                assert self._handler is not None  # (a payload in progress: past the handshake)
+                self._handler.on_progress(self, self._reader.payload_landed)
         except (ProtocolError, AuthenticationError) as e:
             self.abort(e)
 

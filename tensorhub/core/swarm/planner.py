@@ -66,6 +66,9 @@ _NEVER = 1 << 62  # a tick no fetch reaches
 RELAY_PATIENCE = 3
 """Times a relay's upstream may say it lacks a chunk ahead of what it holds before the
 chunk is left to the swarm (a live upstream gets it within a few ticks)."""
+RELAY_WAIT = 50
+"""Ticks a relay waits, as far ahead of its upstream as it may ask, for the upstream to gain
+a chunk before the swarm fills in (an upstream that gains none that long has stalled)."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -262,6 +265,7 @@ class ChunkPlanner:
         self._relay_frontier = -1  # the highest chunk it held at its last "not held"
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
+        self._relay_waits = (-1, 0)  # (upstream's highest chunk, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -777,9 +781,16 @@ class ChunkPlanner:
         up = self._upstream()
         if up is None:
             return None
-        out = self._relay_requests(up, budget)
+        out, skipped = self._relay_requests(up, budget)
         if out or self.sources[up].inflight >= self.cfg.per_source:
             return out
+        if not skipped:  # as far ahead as it lets us be: wait for it, unless it stalled
+            frontier = max(self.sources[up].chunks, default=-1)
+            if frontier != self._relay_waits[0]:
+                self._effects += 1
+                self._relay_waits = (frontier, self.now)
+            if self.now < self._relay_waits[1] + RELAY_WAIT:
+                return out
         return None
 
     def _upstream(self) -> str | None:
@@ -814,9 +825,13 @@ class ChunkPlanner:
         ]
         return min(origins)[1] if origins else None
 
-    def _relay_requests(self, up: str, budget: int) -> list[Request]:
+    def _relay_requests(self, up: str, budget: int) -> tuple[list[Request], bool]:
         """Requests to our upstream: the lowest missing chunks not in flight, up to
-        ``per_source`` in flight and no further ahead than it may soon hold."""
+        ``per_source`` in flight and no further ahead than it may soon hold; and whether a
+        chunk within that reach was skipped because the upstream may never have it (a
+        hole, or blocked). Without such a skip, nothing to ask means we are as far ahead
+        as it lets us be: we wait for its news rather than swarm (a swarm request to the
+        origin takes one of its upload slots from the chain's head)."""
         if up != self._relay_up:
             self._effects += 1
             self._relay_up, self._relay_frontier = up, -1
@@ -825,7 +840,7 @@ class ChunkPlanner:
         src = self.sources[up]
         room = min(budget, self.cfg.per_source - src.inflight)
         if room <= 0:
-            return []
+            return [], False
         full = up in self._full
         reach = self.num_chunks if full else max(src.chunks, default=-1) + self.cfg.per_source
         out: list[Request] = []
@@ -834,16 +849,15 @@ class ChunkPlanner:
             c += 1
         self._relay_from = c
         holes = self._relay_holes
+        skipped = False
         while c < min(reach + 1, self.num_chunks) and len(out) < room:
-            if (
-                not self.have[c]
-                and c not in self._chunks
-                and (up, c) not in self._blocked
-                and (c not in holes or c in src.chunks)
-            ):
-                out.append(self._request(up, c, duplicate=False))
+            if not self.have[c] and c not in self._chunks:
+                if (up, c) not in self._blocked and (c not in holes or c in src.chunks):
+                    out.append(self._request(up, c, duplicate=False))
+                else:
+                    skipped = True
             c += 1
-        return out
+        return out, skipped
 
     def _relay_missing(self, source: str, chunk: int) -> None:
         """Our upstream said it lacks ``chunk``. Behind what it holds, that is a hole it

@@ -37,6 +37,10 @@ class DataPlaneConfig:
     sent again (see SuperSeeder)."""
     seed_spare: bool = True
     """Super-seeding: an origin with idle upload slots also sends repeat copies."""
+    cut_through: bool = False
+    """Serve a chunk while its bytes land here, not once it is verified (the asker
+    verifies it against the manifest either way): each hop of a relay then trails its
+    upstream by a piece instead of a whole chunk (see serve.serve_decision)."""
 
 
 NODE = DataPlaneConfig()

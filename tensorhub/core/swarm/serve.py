@@ -5,9 +5,11 @@ A holder asked for a chunk answers one of five ways (:class:`Verdict`), in this 
 
 1. It lacks the chunk. If the chunk is on its way here, the request is *parked* until it
    is verified (or is not coming after all): "not yet" would only send the asker to
-   retry. Otherwise: NO_CHUNK. (The simulator's coarse chunks may be served while they
-   arrive, ``cut_through``: a named departure, since a real 4 MiB chunk is served only
-   once verified.)
+   retry. Otherwise: NO_CHUNK. With ``cut_through`` a chunk whose bytes are *landing*
+   here now is served as they land (the asker verifies the whole chunk against the
+   manifest, as always), and a request for one asked for but not landing yet is parked
+   until its bytes begin to land: a relay's next hop then trails its upstream by a
+   piece, not by a whole chunk.
 2. Its upload queue is full for this asker: BUSY (the asker tries another holder instead
    of holding one of its few request slots in our queue).
 3. It is a super-seeding origin and this chunk already went out to someone who can pass
@@ -50,15 +52,15 @@ def serve_decision(
     admit: Callable[[], bool],
     seed: Callable[[], SeedDecision] | None = None,
     cut_through: bool = False,
+    landing: bool = False,
 ) -> ServeDecision:
     """How to answer a request for a chunk of a version held here (see the module
-    docstring). ``admit`` and ``seed`` are asked only when the answer depends on them:
-    ``admit`` counts refusals, and ``seed`` looks at the membership view."""
-    if not have:
-        if not incoming:
-            return ServeDecision(Verdict.NO_CHUNK)
-        if not cut_through:
-            return ServeDecision(Verdict.PARK)
+    docstring). ``incoming``: we asked for the chunk; ``landing``: its bytes are arriving
+    into our memory now (only read with ``cut_through``). ``admit`` and ``seed`` are asked
+    only when the answer depends on them: ``admit`` counts refusals, and ``seed`` looks at
+    the membership view."""
+    if not have and not (cut_through and landing):
+        return ServeDecision(Verdict.PARK if incoming else Verdict.NO_CHUNK)
     if not admit():
         return ServeDecision(Verdict.BUSY)
     if seed is not None:
