@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import ChunkPlanner, DcView, Failure, PlannerConfig, Request, wan_owner
-from tensorhub.core.swarm.planner import owner_order
+from tensorhub.core.swarm.planner import RELAY_PATIENCE, owner_order
 
 ALL = range(16)
 
@@ -436,24 +436,36 @@ def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
 
 
 def test_relay_falls_back_to_the_swarm_when_its_upstream_has_nothing_to_give() -> None:
-    """An upstream that lacks what we may ask it for (a hole behind what it holds, or
-    chunks ahead it keeps not getting: it stalled) does not hold the fetch up: the swarm
-    takes those chunks from others."""
+    """An upstream that keeps lacking what we may ask it for (it stalled: "not held"
+    ``RELAY_PATIENCE`` times with no chunk gained) does not hold the fetch up: the swarm
+    takes that chunk from others. Until then we ask it again, and nobody else."""
     p = relay_planner("n3", n=4, per_source=2, missing_ticks=1)
     p.set_source("n1", 1, range(4))
-    p.set_source("n2", 1, [1])
+    p.set_source("n2", 1, [1])  # its run of chunks from the first is empty: it lacks 0
     reqs = p.next_requests()
     assert reqs == [Request("n2", 0, False), Request("n2", 1, False)]
-    p.failed(0, "n2", Failure.MISSING)  # behind what n2 holds: a hole
     p.received(1, "n2")
-    for _ in range(3):  # ahead of what n2 holds, said missing again and again
-        assert all(r.source == "n2" for r in p.next_requests())
-        for c in (2, 3):
-            p.failed(c, "n2", Failure.MISSING)
+    for _ in range(RELAY_PATIENCE - 1):
+        p.failed(0, "n2", Failure.MISSING)
+        assert p.next_requests() == []  # blocked a tick: we wait for n2, we do not swarm
         p.tick()
         p.tick()
+        assert p.next_requests() == [Request("n2", 0, False)]
+    p.failed(0, "n2", Failure.MISSING)
     reqs = p.next_requests()
-    assert sorted(r.chunk for r in reqs) == [0, 2] and {r.source for r in reqs} == {"n1"}
+    assert Request("n1", 0, False) in reqs and all(r.source == "n1" for r in reqs)
+
+
+def test_relay_asks_within_its_upstreams_run_of_chunks_not_past_its_highest() -> None:
+    """An upstream that took a chunk far ahead from the swarm (before the chain stood) has
+    not asked for the chunks before it: we ask it up to ``per_source`` past the run it
+    holds from the first chunk, not past its highest (which drew a "not held" for each)."""
+    p = relay_planner("n3", n=64, per_source=4)
+    p.set_source("n2", 1, [0, 49])
+    assert sorted(r.chunk for r in p.next_requests()) == [0, 1, 2, 3]
+    p.received(0, "n2")
+    p.received(1, "n2")  # (early: n2 is asked for 2 and 3 and has not said it holds 1)
+    assert [r.chunk for r in p.next_requests()] == [4]  # its run is [0]: 4 past it, not 53
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(1, 40))

@@ -157,6 +157,7 @@ class Node:
             lambda peer, _replica: self.view.seed_context(peer),
             lambda: self.shaper,
             cut_through=self.dataplane.cut_through,
+            address=lambda: self.address,
         )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))

@@ -120,9 +120,11 @@ class PeerHandler:
         seed_context: SeedView | None = None,
         shaper: Callable[[], WanShaper | None] | None = None,
         cut_through: bool = False,
+        address: Callable[[], str] | None = None,
     ) -> None:
         self.conn = conn
         self.cut_through = cut_through  # serve a chunk while it lands (presets: cut_through)
+        self._address = address  # ours, as our Have messages name us
         self.store = store
         self._control = control or {}
         self._grants = grants or UploadGrants()
@@ -436,6 +438,12 @@ class PeerHandler:
             if landing.failed:
                 await conn.send(Error("lost_chunk", f"chunk {c} did not verify here", msg.req))
                 return False
+            if landing.verified and self._address is not None:
+                # Have before the last piece: the asker, a relay, learns we hold the chunk
+                # before it holds it itself (our fetch loop would tell it a moment later),
+                # so it asks its next chunks of us before its own downstream asks it.
+                r = reply.replica
+                self.tell_have(r.key, r.version, self._address(), c)
             if self._haves:  # (a stream may take a while: news goes out between pieces)
                 await self._send_haves()
             if landing.verified:

@@ -265,6 +265,8 @@ class ChunkPlanner:
         self._relay_frontier = -1  # the highest chunk it held at its last "not held"
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
+        self._relay_src: SourceInfo | None = None  # whose run of chunks _relay_prefix is
+        self._relay_prefix = 0
         self._relay_waits = (-1, 0)  # (upstream's highest chunk, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._kept: dict[str, int] | None = None
@@ -600,16 +602,36 @@ class ChunkPlanner:
             # is not one (two rack-mates, each hinted to have what the other lacked, once
             # waited for each other forever: simulated crash, seed 1).
             src.chunks.discard(chunk)
+            if src is self._relay_src and chunk < self._relay_prefix:
+                self._relay_prefix = chunk  # (its run of chunks ends here now)
             self._drop(source, chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.missing_ticks
         elif why == Failure.REFUSED:
+            if self.cfg.relay and source == self._relay_up:
+                self._relay_holes.add(chunk)  # an origin sent it to others: take it from them
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
-            src.blocked_until = self.now + self.cfg.gone_ticks
+            src.blocked_until = self.now + (
+                self.cfg.missing_ticks if self._not_started(source, src) else self.cfg.gone_ticks
+            )
         elif why == Failure.TIMEOUT:
             src.blocked_until = self.now + self.cfg.timeout_ticks
         else:
             src.blocked_until = self.now + self.cfg.backoff_ticks
+
+    def _not_started(self, name: str, src: SourceInfo) -> bool:
+        """Is a relay link that lacks the version one that has not begun to fetch it yet
+        (not a stale hint)? Fetches that start together begin a few milliseconds apart, and
+        a link skipped for ``gone_ticks`` sent its downstream to the origin, tangling the
+        chain from its first chunk: a member taken for a link during ``member_grace`` that
+        never held a chunk is asked again soon instead."""
+        return (
+            self.cfg.relay
+            and name in self._assumed
+            and not src.chunks
+            and self._began is not None
+            and self.now < self._began + self.cfg.member_grace
+        )
 
     def _release(self, source: str) -> None:
         src = self.sources.get(source)
@@ -785,7 +807,7 @@ class ChunkPlanner:
         if out or self.sources[up].inflight >= self.cfg.per_source:
             return out
         if not skipped:  # as far ahead as it lets us be: wait for it, unless it stalled
-            frontier = max(self.sources[up].chunks, default=-1)
+            frontier = self._prefix(self.sources[up])
             if frontier != self._relay_waits[0]:
                 self._effects += 1
                 self._relay_waits = (frontier, self.now)
@@ -829,9 +851,10 @@ class ChunkPlanner:
         """Requests to our upstream: the lowest missing chunks not in flight, up to
         ``per_source`` in flight and no further ahead than it may soon hold; and whether a
         chunk within that reach was skipped because the upstream may never have it (a
-        hole, or blocked). Without such a skip, nothing to ask means we are as far ahead
-        as it lets us be: we wait for its news rather than swarm (a swarm request to the
-        origin takes one of its upload slots from the chain's head)."""
+        hole: it stalled, or it redirected us). Without such a skip, nothing to ask means
+        we are as far ahead as it lets us be: we wait for its news rather than swarm (a
+        swarm request to the origin takes one of its upload slots from the chain's
+        head)."""
         if up != self._relay_up:
             self._effects += 1
             self._relay_up, self._relay_frontier = up, -1
@@ -842,7 +865,7 @@ class ChunkPlanner:
         if room <= 0:
             return [], False
         full = up in self._full
-        reach = self.num_chunks if full else max(src.chunks, default=-1) + self.cfg.per_source
+        reach = self.num_chunks if full else self._prefix(src) - 1 + self.cfg.per_source
         out: list[Request] = []
         c = self._relay_from
         while c < self.num_chunks and self.have[c]:
@@ -852,23 +875,37 @@ class ChunkPlanner:
         skipped = False
         while c < min(reach + 1, self.num_chunks) and len(out) < room:
             if not self.have[c] and c not in self._chunks:
-                if (up, c) not in self._blocked and (c not in holes or c in src.chunks):
-                    out.append(self._request(up, c, duplicate=False))
-                else:
+                if c in holes and c not in src.chunks:
                     skipped = True
+                elif (up, c) not in self._blocked:  # (blocked: it said "not yet"; ask again)
+                    out.append(self._request(up, c, duplicate=False))
             c += 1
         return out, skipped
 
+    def _prefix(self, src: SourceInfo) -> int:
+        """How many of the first chunks our upstream holds without a gap: how far its own
+        relay got, and what we may ask it for (with ``per_source`` more it will soon have).
+        Not its highest chunk: one it took from the swarm out of order (before the chain
+        stood, or a hole repaired) had every downstream ask it for chunks far ahead of
+        what it had asked for itself, and each "not held" that earned left one more
+        chunk to the swarm (bench/linerate.py, the relay cutting through)."""
+        p = self._relay_prefix if src is self._relay_src else 0
+        while p < self.num_chunks and p in src.chunks:
+            p += 1
+        self._relay_src, self._relay_prefix = src, p
+        return p
+
     def _relay_missing(self, source: str, chunk: int) -> None:
-        """Our upstream said it lacks ``chunk``. Behind what it holds, that is a hole it
-        may never fill; ahead of it, it will have it soon, unless it keeps saying so
+        """Our upstream said it lacks ``chunk``. Within the run of chunks it holds from
+        the first (a stale hint), that is a hole it may never fill; past it, it will have
+        it soon, unless it keeps saying so
         (``RELAY_PATIENCE`` times with no chunk gained in between: it stalled; an upstream
         that is only slow, on a busy host, keeps gaining). Either way the chunk is then
         left to the swarm until the upstream announces it."""
         if source != self._relay_up:
             return
         src = self.sources.get(source)
-        frontier = max(src.chunks, default=-1) if src is not None else -1
+        frontier = self._prefix(src) if src is not None else 0
         if chunk < frontier:
             self._relay_holes.add(chunk)
             return
