@@ -1,6 +1,7 @@
 """The NIC-limited fan-out of ``bench/linerate.py``, simulated: one publisher and N
 receivers in one rack, every NIC at the same rate, the node's data-plane settings and its
-4 MiB chunks, store and forward (the node serves a chunk once verified).
+4 MiB chunks: store and forward (a chunk served once verified), or with the preset's
+``cut_through`` served as it lands; either way announced once whole, as the node does.
 
 It runs the same planner, fetch session and serve decision as the node, so its
 prediction is a check of the simulator's network model against the real namespaces, not
@@ -46,7 +47,6 @@ def predict_fanout(
     cfg = SwarmConfig.of(
         dataplane,
         chunks=max(1, math.ceil(size / chunk)),
-        cut_through=dataplane.cut_through,
         early_hints=False,
         tick=NODE_TICK,
     )

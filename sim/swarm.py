@@ -59,7 +59,7 @@ class SwarmConfig:
     # have arrived (the network paces the follower by its upstream): the real node serves
     # each 4 MiB chunk once it has it, and a simulated chunk is a run of many of them.
     # Off: a simulated chunk is served only once whole (store and forward).
-    cut_through: bool = True
+    cut_through: bool = SIMULATED.cut_through
     # With cut-through: peers learn of a chunk ``hint_delay`` after its transfer began, so
     # they ask for it while it lands (a coarse chunk is a run of many real ones, each
     # announced as it is verified). Off: as the node, a chunk is announced once whole, and
@@ -97,6 +97,7 @@ _SHARED = {
     "uploads_per_peer": "uploads_per_peer",
     "reserve_after": "reserve_after",
     "seed_spare": "seed_spare",
+    "cut_through": "cut_through",
 }
 """SwarmConfig's settings that are the data plane's (ours → DataPlaneConfig's name): one
 table for both directions, so a new setting cannot be mapped one way only."""

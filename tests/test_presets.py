@@ -68,6 +68,7 @@ async def test_a_hub_runs_the_preset_it_is_given(name: str) -> None:
             uploads_per_peer=grants.per_peer,
             reserve_after=hub.super_seed_after,
             seed_spare=hub.seed_spare,
+            cut_through=hub.node.dataplane.cut_through,  # (what each PeerHandler is given)
         )
         assert got == PRESETS[name]
     finally:

@@ -1,0 +1,159 @@
+"""Serving a chunk while it lands (``DataPlaneConfig.cut_through``) over real loopback
+connections: the asker gets the exact bytes, and bytes of a landing that fails (corrupt at
+its source) never complete a chunk downstream, nor count against the node that passed
+them on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorhub.core.errors import ChecksumMismatch, RemoteError
+from tensorhub.core.swarm.presets import NODE, preset
+from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.peer import PIECE, byte_range
+from tensorhub.dataplane.store import Replica
+from tensorhub.io.tensors import TensorBytes, empty_like_manifest, tensor_digests
+from tensorhub.testing.hub_procs import HubProcs, Spec
+from tensorhub.testing.weights import llm_like_state_dict
+
+from .transports import routed
+
+SECRET = b"cut-through-secret"
+CHUNK = 16 << 20  # many reads per chunk on loopback, so pieces go out while it lands
+SIZE = 256 << 20
+
+
+@contextlib.asynccontextmanager
+async def trio() -> AsyncIterator[tuple[Node, Node, Node]]:
+    """A holder, a node that cuts through, and an asker."""
+    holder = await Node.start("holder", secret=SECRET)
+    relay = await Node.start("relay", secret=SECRET, dataplane=preset("node:cut_through=true"))
+    asker = await Node.start("asker", secret=SECRET, dataplane=NODE)
+    routed(holder, relay, asker)
+    try:
+        yield holder, relay, asker
+    finally:
+        for n in (holder, relay, asker):
+            await n.close()
+
+
+def weights() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return {"w": torch.randn(2 * CHUNK // 4, generator=g), "b": torch.randn(10, generator=g)}
+
+
+async def _landing_replica(relay: Node, holder: Node) -> Replica:
+    """The relay's replica of the holder's version, in its store, with nothing held yet."""
+    peer = await relay.peer(holder.address)
+    manifest = await peer.get_manifest("m", 1)
+    replica = Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+    )
+    relay.store.add(replica)
+    return replica
+
+
+async def _asked_before_it_lands(
+    asker: Node, relay: Node, chunk: int
+) -> tuple[Replica, asyncio.Task[None]]:
+    """The asker's request for ``chunk``, sent to the relay before the relay asks for it
+    itself (so it is parked there until the bytes begin to land)."""
+    peer = await asker.peer(relay.address)
+    manifest = await peer.get_manifest("m", 1)
+    mine = Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+    )
+    task = asyncio.create_task(peer.get_chunk(mine, chunk))
+    await asyncio.sleep(0.05)  # (the request is parked at the relay now)
+    assert not task.done()
+    return mine, task
+
+
+def test_byte_range_cuts_across_parts() -> None:
+    parts = [memoryview(b"abc"), memoryview(b""), memoryview(b"defg"), memoryview(b"h")]
+    assert b"".join(byte_range(parts, 2, 7)) == b"cdefg"
+    assert b"".join(byte_range(parts, 0, 8)) == b"abcdefgh"
+    assert byte_range(parts, 3, 3) == []
+
+
+async def test_a_chunk_asked_for_while_it_lands_is_passed_on_whole_and_verified() -> None:
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK)
+        replica = await _landing_replica(relay, holder)
+        replica.incoming.add(0)  # as the relay's fetch does when it asks for the chunk
+        mine, asked = await _asked_before_it_lands(asker, relay, 0)
+        up = await relay.peer(holder.address)
+        await up.get_chunk(replica, 0)
+        await asyncio.wait_for(asked, 10)
+        assert replica.have[0] and mine.have[0]
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(0))
+        assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
+        cut = sum(h.chunks_cut_through for h in relay.handlers)
+        print(f"chunks passed on while they landed: {cut} (pieces of {PIECE} bytes)")
+
+
+async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream() -> None:
+    """The holder's copy of chunk 0 is corrupt: the relay, passing it on as it lands,
+    finds out only once it is all there. It answers the asker's request with "lost_chunk"
+    instead of the last piece, so the asker drops the pieces (no corrupt chunk, and no
+    strike against the relay, which was honest); asked again once the relay has a good
+    copy, the asker gets the exact bytes."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK)
+        good = sd["w"][:16].clone()
+        sd["w"][:16] = -good  # the holder's memory now differs from what it committed to
+        replica = await _landing_replica(relay, holder)
+        replica.incoming.add(0)
+        mine, asked = await _asked_before_it_lands(asker, relay, 0)
+        up = await relay.peer(holder.address)
+        with pytest.raises(ChecksumMismatch):
+            await up.get_chunk(replica, 0)
+        with pytest.raises(RemoteError) as lost:
+            await asyncio.wait_for(asked, 10)
+        assert lost.value.code == "lost_chunk"
+        assert not mine.have[0] and not replica.have[0]
+
+        sd["w"][:16] = good  # the holder is sound again: fetched anew, passed on whole
+        await up.get_chunk(replica, 0)
+        peer = await asker.peer(relay.address)
+        await peer.get_chunk(mine, 0)
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(0))
+        assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
+
+
+@pytest.mark.timeout(600)
+def test_a_link_killed_mid_chain_leaves_the_rest_whole(tmp_path: Path) -> None:
+    """Hub processes fetch as a chain cutting through (the ``relay`` preset); a link is
+    killed (kill -9) while chunks stream through it. What it was passing on fails at its
+    downstream as a lost connection, the chain closes over the gap, and every other
+    fetcher ends with the publisher's exact bytes."""
+    dataplane = "relay:cut_through=true"
+    specs = [Spec("publisher", "dc0/rack0/publisher", voter=True, dataplane=dataplane)]
+    specs += [
+        Spec(f"r{i}", f"dc0/rack0/r{i}", voter=i <= 2, dataplane=dataplane) for i in range(1, 6)
+    ]
+    names = [s.name for s in specs[1:]]
+    with HubProcs(specs, str(tmp_path)) as c:
+        c.call(["publisher"], "publish", "policy", 1, SIZE, 1)
+        c.call(names, "prepare", "policy", 1, None)
+        c.call(names, "fetch", "policy", 1, None)
+        deadline = time.monotonic() + 120
+        while c.call(["r2"], "progress", "policy", 1)[0][0] < 2:
+            assert time.monotonic() < deadline, "r2 made no progress"
+            time.sleep(0.001)
+        c.kill("r2")
+        rest = [n for n in names if n != "r2"]
+        done = c.call(rest, "result", "policy", 1, tag="done")
+        print("failures by fetcher:", {n: d[2] for n, d in zip(rest, done, strict=True)})
+        want = tensor_digests(llm_like_state_dict(SIZE, seed=1))
+        for n, (digests,) in zip(rest, c.call(rest, "digests", "policy", 1), strict=True):
+            assert digests == want, n
