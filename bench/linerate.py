@@ -352,6 +352,8 @@ def _tensorhub(
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
         "failures": [e[2] for e in ends.values()],
         "phases": _phases(samples, fabric.rate_mbit),
+        # who sent whom how much (model sizes): a chain shows as one link per receiver
+        "links": {k: round(b / size, 3) for k, b in sorted(delta.items())},
         **cpu,
     }
     if victim is not None and victim in ends:

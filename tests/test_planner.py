@@ -419,6 +419,27 @@ def test_relay_head_asks_the_origin_and_a_broken_link_is_skipped() -> None:
     assert {r.source for r in q.next_requests()} == {"n1"}  # the link before it
 
 
+def test_relay_head_redirected_by_the_origin_takes_the_chunk_from_whom_it_names() -> None:
+    """A super-seeding origin that already sent a chunk out redirects the chain's head; the
+    head takes that chunk from the recipient it named (the swarm), and does not ask the
+    origin for it again and again (it holds it, but will not send it twice: in one run at
+    1 GiB the head was redirected 1,723 times and the chain stalled behind the chunk)."""
+    p = relay_planner("n1", n=8, per_source=2)
+    p.set_source("origin", 1, range(8), origin=True)
+    assert [r.chunk for r in p.next_requests()] == [0, 1]
+    p.failed(0, "origin", Failure.REFUSED)  # redirected to n5
+    p.set_source("n5", 1, [0])
+    p.received(1, "origin")
+    reqs = p.next_requests()
+    assert Request("n5", 0, False) in reqs  # from whom the origin named, at once
+    assert [r.chunk for r in reqs if r.source == "origin"] == [2, 3]  # the chain goes on
+    for _ in range(10):  # long past the redirect's block: still not asked of the origin
+        p.tick()
+    p.failed(0, "n5", Failure.ERROR)  # (even with n5 gone for now)
+    p.received(2, "origin")
+    assert Request("origin", 0, False) not in p.next_requests()
+
+
 def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
     """Fetchers that start together learn of each other late; the datacenter's members
     are known long before, so the chain forms from the first request."""

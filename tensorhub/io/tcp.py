@@ -132,6 +132,7 @@ class Connection(asyncio.BufferedProtocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.error: BaseException | None = None
+        self.taken = False  # (a dialled one: its caller has it; see connect)
         self.bytes_sent = 0
         self.bytes_received = 0
         self._secret = secret
@@ -441,6 +442,15 @@ async def listen(
     return Server(server, conns)
 
 
+def _close_unless_taken(made: asyncio.Task[tuple[asyncio.BaseTransport, Connection]]) -> None:
+    """A dial ended: close the connection it made unless its caller took it."""
+    if made.cancelled() or made.exception() is not None:
+        return
+    transport, conn = made.result()
+    if not conn.taken:
+        transport.close()
+
+
 async def connect(
     addr: str,
     *,
@@ -453,23 +463,35 @@ async def connect(
     """Dial ``addr`` and complete the handshake; raises AuthenticationError / TransferError."""
     host, port = parse_address(addr)
     loop = asyncio.get_running_loop()
-    try:
-        _tr, conn = await asyncio.wait_for(
-            loop.create_connection(
-                lambda: Connection(
-                    node=node,
-                    secret=secret,
-                    client=True,
-                    handler_factory=handler_factory,
-                    limits=limits,
-                ),
-                host,
-                port,
+    made = loop.create_task(
+        loop.create_connection(
+            lambda: Connection(
+                node=node,
+                secret=secret,
+                client=True,
+                handler_factory=handler_factory,
+                limits=limits,
             ),
-            timeout,
+            host,
+            port,
         )
-    except (OSError, asyncio.TimeoutError) as e:
+    )
+    # Not asyncio.wait_for: on Python < 3.12, a dial cancelled (a node closing) just as the
+    # connection was made lost the connection, and its socket was left to the collector
+    # (an "unclosed socket" ResourceWarning in the suite, now and then).
+    try:
+        await asyncio.wait({made}, timeout=timeout)
+    finally:
+        if not made.done():
+            made.cancel()
+        made.add_done_callback(_close_unless_taken)
+    if made.cancelled():
+        raise TransferError(f"cannot connect to {addr}: no connection in {timeout}s")
+    try:
+        _tr, conn = made.result()
+    except OSError as e:
         raise TransferError(f"cannot connect to {addr}: {e}") from e
+    conn.taken = True
     try:
         await asyncio.wait_for(asyncio.shield(conn.ready), timeout)
     except asyncio.TimeoutError:

@@ -267,6 +267,7 @@ class ChunkPlanner:
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._relay_src: SourceInfo | None = None  # whose run of chunks _relay_prefix is
         self._relay_prefix = 0
+        self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
         self._relay_waits = (-1, 0)  # (upstream's highest chunk, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._kept: dict[str, int] | None = None
@@ -608,7 +609,9 @@ class ChunkPlanner:
             self._blocked[(source, chunk)] = self.now + self.cfg.missing_ticks
         elif why == Failure.REFUSED:
             if self.cfg.relay and source == self._relay_up:
-                self._relay_holes.add(chunk)  # an origin sent it to others: take it from them
+                # An origin sent it to others (and will not again): take it from them,
+                # though the origin holds it (a hole it holds would be asked again).
+                self._relay_redirected.add(chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
             src.blocked_until = self.now + (
@@ -804,6 +807,8 @@ class ChunkPlanner:
         if up is None:
             return None
         out, skipped = self._relay_requests(up, budget)
+        if skipped and len(out) < budget:
+            out += self._repairs(skipped, budget - len(out))
         if out or self.sources[up].inflight >= self.cfg.per_source:
             return out
         if not skipped:  # as far ahead as it lets us be: wait for it, unless it stalled
@@ -847,10 +852,30 @@ class ChunkPlanner:
         ]
         return min(origins)[1] if origins else None
 
-    def _relay_requests(self, up: str, budget: int) -> tuple[list[Request], bool]:
+    def _repairs(self, chunks: list[int], budget: int) -> list[Request]:
+        """``chunks`` that our upstream may never give (holes, redirects), each from its
+        nearest holder with room: the swarm, for those chunks only. (A swarm request for
+        any other chunk would take from the origin what the chain is bringing, and the
+        origin then redirects the chain's head for it.)"""
+        rank_of, free = self._usable_ranks()
+        out: list[Request] = []
+        for c in chunks:
+            if len(out) >= budget or not free:
+                break
+            if not self._bucketed[c]:
+                continue
+            best, src = self._nearest(c, rank_of, free)
+            if best == _NONE or src is None:
+                continue
+            out.append(self._request(src, c, duplicate=False))
+            if self.sources[src].inflight >= self.cfg.per_source:
+                free.discard(src)
+        return out
+
+    def _relay_requests(self, up: str, budget: int) -> tuple[list[Request], list[int]]:
         """Requests to our upstream: the lowest missing chunks not in flight, up to
-        ``per_source`` in flight and no further ahead than it may soon hold; and whether a
-        chunk within that reach was skipped because the upstream may never have it (a
+        ``per_source`` in flight and no further ahead than it may soon hold; and the
+        chunks within that reach skipped because the upstream may never give them (a
         hole: it stalled, or it redirected us). Without such a skip, nothing to ask means
         we are as far ahead as it lets us be: we wait for its news rather than swarm (a
         swarm request to the origin takes one of its upload slots from the chain's
@@ -860,10 +885,11 @@ class ChunkPlanner:
             self._relay_up, self._relay_frontier = up, -1
             self._relay_misses.clear()
             self._relay_holes.clear()
+            self._relay_redirected.clear()
         src = self.sources[up]
         room = min(budget, self.cfg.per_source - src.inflight)
         if room <= 0:
-            return [], False
+            return [], []
         full = up in self._full
         reach = self.num_chunks if full else self._prefix(src) - 1 + self.cfg.per_source
         out: list[Request] = []
@@ -872,11 +898,11 @@ class ChunkPlanner:
             c += 1
         self._relay_from = c
         holes = self._relay_holes
-        skipped = False
+        skipped: list[int] = []
         while c < min(reach + 1, self.num_chunks) and len(out) < room:
             if not self.have[c] and c not in self._chunks:
-                if c in holes and c not in src.chunks:
-                    skipped = True
+                if c in holes and c not in src.chunks or c in self._relay_redirected:
+                    skipped.append(c)
                 elif (up, c) not in self._blocked:  # (blocked: it said "not yet"; ask again)
                     out.append(self._request(up, c, duplicate=False))
             c += 1
