@@ -267,6 +267,7 @@ class ChunkPlanner:
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._relay_src: SourceInfo | None = None  # whose run of chunks _relay_prefix is
         self._relay_prefix = 0
+        self._unstarted: dict[str, int] = {}  # relay links not fetching yet: since when
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
         self._relay_waits = (-1, 0)  # (upstream's highest chunk, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
@@ -614,9 +615,12 @@ class ChunkPlanner:
                 self._relay_redirected.add(chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
-            src.blocked_until = self.now + (
-                self.cfg.missing_ticks if self._not_started(source, src) else self.cfg.gone_ticks
-            )
+            if self._not_started(source, src) and self.now < (
+                self._unstarted.setdefault(source, self.now) + RELAY_WAIT
+            ):
+                src.blocked_until = self.now + self.cfg.missing_ticks
+            else:
+                src.blocked_until = self.now + self.cfg.gone_ticks
         elif why == Failure.TIMEOUT:
             src.blocked_until = self.now + self.cfg.timeout_ticks
         else:
@@ -627,10 +631,22 @@ class ChunkPlanner:
         (not a stale hint)? Fetches that start together begin a few milliseconds apart, and
         a link skipped for ``gone_ticks`` sent its downstream to the origin, tangling the
         chain from its first chunk: a member taken for a link during ``member_grace`` that
-        never held a chunk is asked again soon instead."""
+        never held a chunk is asked again soon instead, and waited for meanwhile (up to
+        ``RELAY_WAIT`` ticks: one that does not fetch at all is skipped then)."""
         return (
             self.cfg.relay
             and name in self._assumed
+            and not src.chunks
+            and self._began is not None
+            and self.now < self._began + self.cfg.member_grace
+        )
+
+    def _starting(self, name: str, src: SourceInfo) -> bool:
+        """A link that answered it has not begun its fetch, which we wait for a while."""
+        since = self._unstarted.get(name)
+        return (
+            since is not None
+            and self.now < since + RELAY_WAIT
             and not src.chunks
             and self._began is not None
             and self.now < self._began + self.cfg.member_grace
@@ -806,6 +822,8 @@ class ChunkPlanner:
         up = self._upstream()
         if up is None:
             return None
+        if not self._usable(self.sources[up]):
+            return []  # it has not begun its fetch yet: wait for it (see _not_started)
         out, skipped = self._relay_requests(up, budget)
         if skipped and len(out) < budget:
             out += self._repairs(skipped, budget - len(out))
@@ -843,7 +861,7 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
-            if self._usable(src):
+            if self._usable(src) or self._starting(name, src):
                 return name
         origins = [
             (s.tier, n)
@@ -901,7 +919,7 @@ class ChunkPlanner:
         skipped: list[int] = []
         while c < min(reach + 1, self.num_chunks) and len(out) < room:
             if not self.have[c] and c not in self._chunks:
-                if c in holes and c not in src.chunks or c in self._relay_redirected:
+                if (c in holes and c not in src.chunks) or c in self._relay_redirected:
                     skipped.append(c)
                 elif (up, c) not in self._blocked:  # (blocked: it said "not yet"; ask again)
                     out.append(self._request(up, c, duplicate=False))
