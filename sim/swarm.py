@@ -9,10 +9,11 @@ the real peer protocol would send them.
 
 Modelling assumptions (each a parameter): a chunk is ``size / chunks`` bytes (coarser than
 the real 4 MiB so terabyte models stay tractable), served while it is still arriving and
-never ahead of its upstream (``cut_through``: the real node serves each 4 MiB chunk it has);
-each fetcher knows the origins, complete holders and ``peers`` other fetchers (nearest
-first, then random: a BitTorrent-style peer set, where the real holder view lists everyone);
-a node's peers learn a chunk ``hint_delay`` after its transfer began (without cut-through:
+never ahead of its upstream (``cut_through``: the real node serves each 4 MiB chunk it has,
+or, with the relay preset's ``cut_through``, each piece as it lands); each fetcher knows
+the origins, complete holders and ``peers`` other fetchers (nearest first, then random: a
+BitTorrent-style peer set, where the real holder view lists everyone); a node's peers learn
+a chunk ``hint_delay`` after its transfer began (``early_hints``; otherwise, as the node,
 after it arrived) (gossip, redirects);
 the planner ticks every ``tick`` of virtual time. Measured (``python -m sim reproduce``):
 a standalone RL step's updates take 1.05x their lower bound on average, a pure broadcast

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import ChunkPlanner, DcView, Failure, PlannerConfig, Request, wan_owner
-from tensorhub.core.swarm.planner import RELAY_PATIENCE, RELAY_WAIT, owner_order
+from tensorhub.core.swarm.planner import RELAY_PATIENCE, RELAY_START_WAIT, owner_order
 
 ALL = range(16)
 
@@ -440,18 +440,26 @@ def test_relay_head_redirected_by_the_origin_takes_the_chunk_from_whom_it_names(
     assert Request("origin", 0, False) not in p.next_requests()
 
 
-def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> None:
-    """Fetches start milliseconds apart: a link that answers it does not hold the version
-    yet is waited for (skipping it sent its downstream to the origin for first copies, and
-    the chain's head was then redirected to it: 2.08x one copy at 1 GiB in one run), and
-    asked again soon; one that still does not after ``RELAY_WAIT`` ticks is skipped."""
-    p = relay_planner("n3", per_source=2, member_grace=200, missing_ticks=2)
+def _n2_answers_gone(**cfg: int) -> ChunkPlanner:
+    """n3 relays; its datacenter's members n1, n2 and the origin are known, n3 alone is
+    known to fetch; n2, its first link, answered that it does not hold the version."""
+    p = relay_planner("n3", per_source=2, **cfg)
     p.set_source("origin", 1, ALL, origin=True)
     p.set_dc_fetchers(["n3"], members=["n1", "n2", "origin"])
     reqs = p.next_requests()
     assert {r.source for r in reqs} == {"n2"}
     for r in reqs:
-        p.failed(r.chunk, r.source, Failure.GONE)  # n2 has not begun its fetch
+        p.failed(r.chunk, r.source, Failure.GONE)
+    return p
+
+
+def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> None:
+    """Fetches start milliseconds apart: a link that answers it does not hold the version
+    yet is waited for (skipping it sent its downstream to the origin for first copies, and
+    the chain's head was then redirected to it: 2.08x one copy at 1 GiB in one run), and
+    asked again soon; one that still does not after ``RELAY_START_WAIT`` ticks is
+    skipped."""
+    p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
     waited = 0
     reqs = p.next_requests()
     while not any(r.source != "n2" for r in reqs):
@@ -459,22 +467,16 @@ def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> 
             p.failed(r.chunk, r.source, Failure.GONE)  # still not
         p.tick()
         waited += 1
-        assert waited <= RELAY_WAIT + 3, "never skipped"
+        assert waited <= RELAY_START_WAIT + 3, "never skipped"
         reqs = p.next_requests()
     assert {r.source for r in reqs} == {"n1"}  # it does not fetch: skipped at last
-    assert waited >= RELAY_WAIT  # (asked again every few ticks till then)
+    assert waited >= RELAY_START_WAIT  # (asked again every few ticks till then)
 
 
 def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
     """Fetchers that start together learn of each other late; the datacenter's members
     are known long before, so the chain forms from the first request."""
-    p = relay_planner("n3", per_source=2, member_grace=10)
-    p.set_source("origin", 1, ALL, origin=True)
-    p.set_dc_fetchers(["n3"], members=["n1", "n2", "origin"])
-    reqs = p.next_requests()
-    assert {r.source for r in reqs} == {"n2"}
-    for r in reqs:
-        p.failed(r.chunk, r.source, Failure.GONE)  # n2 does not fetch this version
+    p = _n2_answers_gone(member_grace=10)  # n2 does not fetch this version
     for _ in range(60):  # past the grace and n2's back-off
         p.tick()
     p.set_source("n1", 1, [0, 1])  # n1 does: it holds chunks now

@@ -69,6 +69,10 @@ chunk is left to the swarm (a live upstream gets it within a few ticks)."""
 RELAY_WAIT = 50
 """Ticks a relay waits, as far ahead of its upstream as it may ask, for the upstream to gain
 a chunk before the swarm fills in (an upstream that gains none that long has stalled)."""
+RELAY_START_WAIT = 20
+"""Ticks a relay waits for a link that answered it has not begun its fetch (fetches that
+start together began up to 160 ms apart on bench/linerate.py's 9 processes); a member
+that does not fetch at all costs its downstream this much once."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -616,7 +620,7 @@ class ChunkPlanner:
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
             if self._not_started(source, src) and self.now < (
-                self._unstarted.setdefault(source, self.now) + RELAY_WAIT
+                self._unstarted.setdefault(source, self.now) + RELAY_START_WAIT
             ):
                 src.blocked_until = self.now + self.cfg.missing_ticks
             else:
@@ -632,7 +636,7 @@ class ChunkPlanner:
         a link skipped for ``gone_ticks`` sent its downstream to the origin, tangling the
         chain from its first chunk: a member taken for a link during ``member_grace`` that
         never held a chunk is asked again soon instead, and waited for meanwhile (up to
-        ``RELAY_WAIT`` ticks: one that does not fetch at all is skipped then)."""
+        ``RELAY_START_WAIT`` ticks: one that does not fetch at all is skipped then)."""
         return (
             self.cfg.relay
             and name in self._assumed
@@ -646,7 +650,7 @@ class ChunkPlanner:
         since = self._unstarted.get(name)
         return (
             since is not None
-            and self.now < since + RELAY_WAIT
+            and self.now < since + RELAY_START_WAIT
             and not src.chunks
             and self._began is not None
             and self.now < self._began + self.cfg.member_grace
