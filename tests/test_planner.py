@@ -473,6 +473,24 @@ def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> 
     assert waited >= RELAY_START_WAIT  # (asked again every few ticks till then)
 
 
+def test_relay_asks_a_link_closing_a_gap_at_once_though_it_seems_behind() -> None:
+    """The link before us dies; the one before it becomes our upstream, but we know its
+    chunks only from gossip (a round late) and seem ahead of it. We ask it for our lowest
+    missing chunk at once, once (it parks the request or says "not yet", and tells us of
+    each chunk it gains from then on), instead of waiting on stale news and then swarming."""
+    p = relay_planner("n3", n=16, per_source=2)
+    p.set_source("n1", 1, [0])  # (gossip: n1 holds chunk 0; it holds more by now)
+    p.set_source("n2", 1, range(8))
+    for _ in range(3):
+        for r in p.next_requests():
+            assert r.source == "n2"
+            p.received(r.chunk, r.source)
+    assert p.have[:6] == bytearray([1] * 6)
+    p.remove_source("n2")  # it died
+    assert p.next_requests() == [Request("n1", 6, False)]
+    assert p.next_requests() == []  # one probe, then n1's news
+
+
 def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
     """Fetchers that start together learn of each other late; the datacenter's members
     are known long before, so the chain forms from the first request."""

@@ -271,6 +271,7 @@ class ChunkPlanner:
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._relay_src: SourceInfo | None = None  # whose run of chunks _relay_prefix is
         self._relay_prefix = 0
+        self._relay_asked: set[str] = set()  # links we asked for a chunk (they tell us news)
         self._unstarted: dict[str, int] = {}  # relay links not fetching yet: since when
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
         self._relay_waits = (-1, 0)  # (upstream's highest chunk, tick we began to wait on it)
@@ -834,6 +835,8 @@ class ChunkPlanner:
         if out or self.sources[up].inflight >= self.cfg.per_source:
             return out
         if not skipped:  # as far ahead as it lets us be: wait for it, unless it stalled
+            if up not in self._relay_asked:
+                return self._probe(up)
             frontier = self._prefix(self.sources[up])
             if frontier != self._relay_waits[0]:
                 self._effects += 1
@@ -873,6 +876,22 @@ class ChunkPlanner:
             if s.origin and s.tier < WAN_TIER and self._usable(s)
         ]
         return min(origins)[1] if origins else None
+
+    def _probe(self, up: str) -> list[Request]:
+        """Our lowest missing chunk, asked of an upstream we never asked anything (a link
+        that closes a gap in the chain: the one before us died). Until we ask, we know its
+        chunks only from gossip, a round late, and seemed ahead of it: we waited, then
+        swarmed, and another link's uplink carried two streams (bench/linerate.py, a link
+        killed mid-chain: the rest ran at half rate). It parks the request if it asked for
+        the chunk itself, and tells us of each chunk it gains from then on."""
+        self._effects += 1
+        self._relay_asked.add(up)
+        c = self._relay_from
+        while c < self.num_chunks and (self.have[c] or c in self._chunks):
+            c += 1
+        if c >= self.num_chunks or (up, c) in self._blocked:
+            return []
+        return [self._request(up, c, duplicate=False)]
 
     def _repairs(self, chunks: list[int], budget: int) -> list[Request]:
         """``chunks`` that our upstream may never give (holes, redirects), each from its
@@ -927,6 +946,7 @@ class ChunkPlanner:
                     skipped.append(c)
                 elif (up, c) not in self._blocked:  # (blocked: it said "not yet"; ask again)
                     out.append(self._request(up, c, duplicate=False))
+                    self._relay_asked.add(up)
             c += 1
         return out, skipped
 
