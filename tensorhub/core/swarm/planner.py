@@ -274,7 +274,7 @@ class ChunkPlanner:
         self._relay_asked: set[str] = set()  # links we asked for a chunk (they tell us news)
         self._unstarted: dict[str, int] = {}  # relay links not fetching yet: since when
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
-        self._relay_waits = (-1, 0)  # (upstream's highest chunk, tick we began to wait on it)
+        self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
