@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import torch
@@ -264,6 +265,62 @@ async def test_closing_a_node_mid_dial_leaves_no_connection_open() -> None:
         dial.result()
     server.close()
     await server.wait_closed()
+
+
+def _no_handler(conn: tcp.Connection) -> tcp.Handler:
+    raise AssertionError("no handshake completes in these tests")
+
+
+async def test_a_dial_cancelled_as_it_connects_closes_the_connection_it_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dial is cancelled (its node closing) in the very step its TCP connection is
+    made: the cancellation goes through, and the connection is closed at once, not left
+    to the collector (asyncio.wait_for could lose such a connection before Python 3.12)."""
+    eof = asyncio.Event()
+
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.read()
+        eof.set()
+        w.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    loop = asyncio.get_running_loop()
+    real = loop.create_connection
+    dials: list[asyncio.Future[tcp.Connection]] = []
+
+    async def connecting(*args: Any, **kw: Any) -> Any:
+        made = await real(*args, **kw)
+        dials[0].cancel()
+        return made
+
+    monkeypatch.setattr(loop, "create_connection", connecting)
+    dials.append(
+        asyncio.ensure_future(
+            tcp.connect(f"{host}:{port}", node="d", secret=SECRET, handler_factory=_no_handler)
+        )
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await dials[0]
+    await asyncio.wait_for(eof.wait(), 5)  # closed by us, promptly
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_dial_that_never_connects_times_out_with_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def never(*args: Any, **kw: Any) -> Any:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(loop, "create_connection", never)
+    with pytest.raises(TransferError, match=r"no connection in 0\.1s"):
+        await tcp.connect(
+            "127.0.0.1:9", node="d", secret=SECRET, handler_factory=_no_handler, timeout=0.1
+        )
 
 
 @pytest.mark.skipif(not ucx.available(), reason="ucxx is not installed (tensorhub[ucx])")

@@ -480,12 +480,12 @@ async def connect(
     # connection was made lost the connection, and its socket was left to the collector
     # (an "unclosed socket" ResourceWarning in the suite, now and then).
     try:
-        await asyncio.wait({made}, timeout=timeout)
+        done, _ = await asyncio.wait({made}, timeout=timeout)
     finally:
         if not made.done():
             made.cancel()
         made.add_done_callback(_close_unless_taken)
-    if made.cancelled():
+    if not done or made.cancelled():
         raise TransferError(f"cannot connect to {addr}: no connection in {timeout}s")
     try:
         _tr, conn = made.result()
