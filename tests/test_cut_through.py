@@ -61,17 +61,20 @@ async def _landing_replica(relay: Node, holder: Node) -> Replica:
 
 
 async def _asked_before_it_lands(
-    asker: Node, relay: Node, chunk: int
+    asker: Node, relay: Node, landing: Replica, chunk: int
 ) -> tuple[Replica, asyncio.Task[None]]:
-    """The asker's request for ``chunk``, sent to the relay before the relay asks for it
-    itself (so it is parked there until the bytes begin to land)."""
+    """The asker's request for ``chunk``, parked at the relay (whose ``landing`` replica
+    asked for the chunk, and has none of its bytes yet) before we return."""
     peer = await asker.peer(relay.address)
     manifest = await peer.get_manifest("m", 1)
     mine = Replica(
         "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
     )
     task = asyncio.create_task(peer.get_chunk(mine, chunk))
-    await asyncio.sleep(0.05)  # (the request is parked at the relay now)
+    deadline = time.monotonic() + 30  # (however loaded the machine: it gets there)
+    while not landing.parked(chunk):
+        assert time.monotonic() < deadline, "the request never reached the relay"
+        await asyncio.sleep(0.002)
     assert not task.done()
     return mine, task
 
@@ -89,7 +92,7 @@ async def test_a_chunk_asked_for_while_it_lands_is_passed_on_whole_and_verified(
         holder.serve("m", 1, sd, chunk_size=CHUNK)
         replica = await _landing_replica(relay, holder)
         replica.incoming.add(0)  # as the relay's fetch does when it asks for the chunk
-        mine, asked = await _asked_before_it_lands(asker, relay, 0)
+        mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
         up = await relay.peer(holder.address)
         await up.get_chunk(replica, 0)
         await asyncio.wait_for(asked, 10)
@@ -113,7 +116,7 @@ async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream()
         sd["w"][:16] = -good  # the holder's memory now differs from what it committed to
         replica = await _landing_replica(relay, holder)
         replica.incoming.add(0)
-        mine, asked = await _asked_before_it_lands(asker, relay, 0)
+        mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
         up = await relay.peer(holder.address)
         with pytest.raises(ChecksumMismatch):
             await up.get_chunk(replica, 0)

@@ -132,6 +132,10 @@ class Replica:
         ``until_bytes``: already once its bytes begin to land (cut through)."""
         (self._awaiting_bytes if until_bytes else self._parked).setdefault(chunk, []).append(answer)
 
+    def parked(self, chunk: int) -> int:
+        """How many requests for ``chunk`` wait here for it."""
+        return len(self._parked.get(chunk, ())) + len(self._awaiting_bytes.get(chunk, ()))
+
     def settle(self, chunk: int) -> None:
         """``chunk`` arrived, or its requests ended without it: answer who waited for it."""
         for answer in self._parked.pop(chunk, []) + self._awaiting_bytes.pop(chunk, []):
