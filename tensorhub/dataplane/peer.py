@@ -229,9 +229,10 @@ class PeerHandler:
             return
         if isinstance(msg, ChunkData):
             parts = req.parts  # (the whole chunk: it may have come in pieces)
+            size = sum(len(p) for p in parts)
             if req.landing is not None:
-                req.landing.advance(sum(len(p) for p in parts))
-            if sum(len(p) for p in parts) < VERIFY_OFF_LOOP:
+                req.landing.advance(size)
+            if size < VERIFY_OFF_LOOP:
                 self._verified(conn.peer, req, digest_parts(parts))
             else:
                 hashing = asyncio.get_running_loop().run_in_executor(

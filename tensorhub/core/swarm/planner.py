@@ -266,7 +266,7 @@ class ChunkPlanner:
         self._picked = 0
         self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
         self._relay_up: str | None = None  # our upstream when we last asked it
-        self._relay_frontier = -1  # the highest chunk it held at its last "not held"
+        self._relay_frontier = -1  # its run of chunks (_prefix) at its last "not held"
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._relay_src: SourceInfo | None = None  # whose run of chunks _relay_prefix is
@@ -620,12 +620,10 @@ class ChunkPlanner:
                 self._relay_redirected.add(chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
-            if self._not_started(source, src) and self.now < (
-                self._unstarted.setdefault(source, self.now) + RELAY_START_WAIT
-            ):
-                src.blocked_until = self.now + self.cfg.missing_ticks
-            else:
-                src.blocked_until = self.now + self.cfg.gone_ticks
+            if self._not_started(source, src):
+                self._unstarted.setdefault(source, self.now)
+            wait = self.cfg.missing_ticks if self._starting(source, src) else self.cfg.gone_ticks
+            src.blocked_until = self.now + wait
         elif why == Failure.TIMEOUT:
             src.blocked_until = self.now + self.cfg.timeout_ticks
         else:
@@ -652,9 +650,7 @@ class ChunkPlanner:
         return (
             since is not None
             and self.now < since + RELAY_START_WAIT
-            and not src.chunks
-            and self._began is not None
-            and self.now < self._began + self.cfg.member_grace
+            and self._not_started(name, src)
         )
 
     def _release(self, source: str) -> None:
@@ -946,8 +942,9 @@ class ChunkPlanner:
                     skipped.append(c)
                 elif (up, c) not in self._blocked:  # (blocked: it said "not yet"; ask again)
                     out.append(self._request(up, c, duplicate=False))
-                    self._relay_asked.add(up)
             c += 1
+        if out:
+            self._relay_asked.add(up)
         return out, skipped
 
     def _prefix(self, src: SourceInfo) -> int:
