@@ -11,6 +11,7 @@ of the protocol: the bench prints both side by side.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from tensorhub.core.swarm.presets import DataPlaneConfig
 
@@ -31,6 +32,21 @@ def predict_fanout(
     seed: int = 1,
 ) -> float:
     """The last receiver's time over one copy's (size / rate), simulated."""
+    return max(predict_each(receivers, size, rate_mbit, chunk, dataplane, seed))
+
+
+def predict_each(
+    receivers: int,
+    size: int,
+    rate_mbit: float,
+    chunk: int,
+    dataplane: DataPlaneConfig,
+    seed: int = 1,
+    rates: Mapping[int, float] | None = None,
+) -> list[float]:
+    """Each receiver's time over one copy's (size / rate), simulated, receivers 1..N in
+    order; ``rates``: receiver -> its NIC's rate (Mbit/s) where not ``rate_mbit`` (the
+    bench's slow receiver, both ways, as ``Fabric(rates=...)``)."""
     spec = TopologySpec(
         dcs=1,
         racks_per_dc=1,
@@ -44,6 +60,9 @@ def predict_fanout(
     net = Network(e)
     c = Cluster.build(spec)
     hosts = sorted(c.hosts)
+    for i, mbit in (rates or {}).items():
+        host = c.hosts[hosts[i]]
+        host.up.capacity = host.down.capacity = mbit * 1e6 / 8
     cfg = SwarmConfig.of(
         dataplane,
         chunks=max(1, math.ceil(size / chunk)),
@@ -53,5 +72,5 @@ def predict_fanout(
     s = Swarm(e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed)
     s.start(at={f: 0.0 for f in hosts[1:]})
     e.run()
-    last = max(s.nodes[f].finished or math.inf for f in hosts[1:])
-    return last / (size / (rate_mbit * 1e6 / 8))
+    one = size / (rate_mbit * 1e6 / 8)
+    return [(s.nodes[f].finished or math.inf) / one for f in hosts[1:]]

@@ -126,6 +126,17 @@ class _Node:
     starting: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     """Requests parked until a chunk begins to land here (cut-through without early
     hints), or until it settles."""
+    lagging: bool = False  # a relay link that fell behind: it parks no request
+
+    def lag(self, cut_through: bool) -> None:
+        """As the node's ``Replica.lag``: its fetch relays from the tail now; who is parked
+        here is answered again (busy). Cutting through, ``parked`` also holds transfers
+        whose bytes wait on the rest of their chunk: those go on."""
+        self.lagging = True
+        waiting = self.starting if cut_through else self.parked
+        for chunk in list(waiting):
+            for answer in waiting.pop(chunk):
+                answer()
 
     def receiving(self, chunk: int) -> bool:
         """Bytes of ``chunk`` are on their way here (a transfer holds a slot at a source).
@@ -324,6 +335,8 @@ class Swarm:
             node.seen_tick = p.now
             session.seen_all_but(self._dead)  # the holder view (a crash is seen at once)
         self._perform(f, session.requests(self.e.now))
+        if p.lagging and not node.lagging:
+            node.lag(self.cfg.cut_through)
         if not node.inflight:
             self._wake_later(f)
 
@@ -376,6 +389,7 @@ class Swarm:
             seed=seed if src.seeder is not None else None,
             cut_through=cut,
             landing=landing,
+            lagging=src.lagging,
         )
         if d.verdict is Verdict.PARK:  # answer once it lands (cut through) or has arrived
             (src.starting if cut else src.parked).setdefault(c, []).append(

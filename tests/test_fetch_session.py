@@ -167,3 +167,20 @@ def test_random_event_orders_keep_the_books(seed: int) -> None:
                 assert a.held == bool(s.planner.have[a.chunk])
     assert s.planner.done and not s.phase
     assert sorted({a.chunk for a in settled if a.held}) == list(range(6))
+
+
+def test_requests_the_planner_takes_back_are_abandoned_with_the_refusal() -> None:
+    """A relay upstream that refused us is lagging: what else we had asked of it is taken
+    back at once (before its replies can arrive: the planner's books let go of them) and
+    asked of the link before it."""
+    p = ChunkPlanner("n6", 8, random.Random(0), PlannerConfig(relay=True, per_source=2))
+    s = FetchSession(p)
+    p.set_source("n4", 1, range(8))
+    p.set_source("n5", 1, [])
+    first = sent(s.requests(0.0))
+    assert [(r.source, r.chunk) for r in first] == [("n5", 0), ("n5", 1)]
+    ended = s.failed(first[0], Outcome.BUSY)  # n5 fell behind: it parks nothing
+    assert Abandon(first[1]) in ended and Settle(1, False) in ended
+    assert s.verified(first[1]) == []  # its reply, had it come: moot
+    assert [(r.source, r.chunk) for r in sent(s.requests(0.0))] == [("n4", 0), ("n4", 1)]
+    assert s.copies(1) == 1 and s.copies(0) == 1

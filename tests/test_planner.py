@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorhub.core.swarm import ChunkPlanner, DcView, Failure, PlannerConfig, Request, wan_owner
-from tensorhub.core.swarm.planner import RELAY_PATIENCE, RELAY_START_WAIT, owner_order
+from tensorhub.core.swarm.planner import (
+    LAG_CHUNKS,
+    RELAY_PATIENCE,
+    RELAY_START_WAIT,
+    owner_order,
+)
 
 ALL = range(16)
 
@@ -604,6 +609,90 @@ def test_relay_waits_on_a_slow_upstream_that_keeps_gaining_chunks() -> None:
     for _ in range(3):
         p.failed(8, "n2", Failure.MISSING)
     assert 8 in p._relay_holes
+
+
+def _relay_n5(n: int = 64) -> ChunkPlanner:
+    """n5 of a chain origin > n1 .. n8, relaying from n4."""
+    p = relay_planner("n5", n=n, per_source=4)
+    p.set_source("origin", 1, range(n), origin=True)
+    for name in ("n1", "n2", "n3", "n6", "n7", "n8"):
+        p.set_source(name, 1, [])
+    p.set_source("n4", 1, [0])
+    return p
+
+
+def test_a_relay_link_that_falls_behind_its_upstream_relays_from_the_tail() -> None:
+    """bench/linerate.py --case slow: a receiver on a half-rate NIC mid-chain held every
+    link after it to half rate (2.0x one copy). Once it fell LAG_CHUNKS further behind
+    its upstream than it ever was, it counts itself lagging and relays from the chain's
+    tail, whose uplink no one else uses."""
+    p = _relay_n5()
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"n4"} and not p.lagging
+    upstream_has = 1
+    for r in reqs[:1]:  # it gains chunks at twice our pace
+        p.received(r.chunk, r.source)
+    while not p.lagging:
+        assert upstream_has < 3 * LAG_CHUNKS, "never judged itself lagging"
+        upstream_has += 2
+        p.set_source("n4", 1, range(upstream_has))
+        reqs = p.next_requests()
+        if reqs:
+            p.received(reqs[0].chunk, reqs[0].source)  # one of ours lands per two of its
+    assert upstream_has >= LAG_CHUNKS  # not before it fell that far behind
+    p.set_source("n8", 1, range(upstream_has))
+    assert {r.source for r in p.next_requests()} == {"n8"}
+
+
+def test_a_relay_link_keeping_pace_is_not_lagging() -> None:
+    """Its upstream stays ahead by what is in flight to us: that is the pipeline."""
+    p = _relay_n5()
+    have = 0
+    for step in range(60):
+        p.set_source("n4", 1, range(min(64, have + 5)))
+        for r in p.next_requests():
+            p.received(r.chunk, r.source)
+            have += 1
+        p.tick()
+        assert not p.lagging, step
+
+
+def test_a_link_refusing_its_downstream_is_moved_to_the_tail_and_our_requests_come_back() -> None:
+    """A lagging link answers "busy" for what it lacks (serve_decision): its downstream
+    takes back what it had parked there and relays from the link before it."""
+    p = relay_planner("n6", n=32, per_source=4)
+    p.set_source("origin", 1, range(32), origin=True)
+    p.set_source("n4", 1, range(20))
+    p.set_source("n5", 1, range(4))
+    p.set_source("n8", 1, range(2))
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"n5"} and len(reqs) == 4
+    p.failed(reqs[0].chunk, "n5", Failure.REFUSED)
+    assert sorted(r.chunk for r in p.taken_back()) == [1, 2, 3]
+    assert p.taken_back() == []  # (once)
+    again = p.next_requests()
+    assert {r.source for r in again} == {"n4"}
+    assert [r.chunk for r in again] == [0, 1, 2, 3]
+    assert not p.lagging  # (n5 is: not us)
+
+
+def test_a_lagging_link_never_relays_from_another_laggard() -> None:
+    """Regression (simulated, LAG_CHUNKS 4 at per_source 2... then 4): a link judged
+    lagging while another was relayed from that one, which refused it everything it
+    lacked ("busy"), and it asked again at once: a livelock. A laggard relays from the
+    tail, the last link that is not lagging; a refusal blocks the chunk there a while."""
+    p = relay_planner("n6", n=32, per_source=4)
+    for name in ("n1", "n2", "n3", "n4", "n7", "n8"):
+        p.set_source(name, 1, range(16))
+    p.set_source("n5", 1, range(4))
+    p._lagging.update({"n5", "n6"})  # (as _note_lag and a refusal from n5 leave them)
+    assert {r.source for r in p.next_requests()} == {"n8"}
+    q = relay_planner("n6", n=32, per_source=4)
+    q.set_source("n5", 1, range(4))
+    q.set_source("n4", 1, range(8))
+    (first, *_) = q.next_requests()
+    q.failed(first.chunk, "n5", Failure.REFUSED)
+    assert ("n5", first.chunk) in q._blocked
 
 
 def test_relay_survives_the_death_of_a_member_it_took_for_a_link() -> None:

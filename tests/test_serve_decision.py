@@ -113,3 +113,28 @@ def test_an_unknown_asker_gets_the_plain_liveness_view() -> None:
     ctx = context("stranger")
     assert not ctx.remote and not ctx.local_busy
     assert ctx.can_pass_on is not None and ctx.can_pass_on("b1") and not ctx.can_pass_on("zz")
+
+
+@pytest.mark.parametrize(
+    ("have", "incoming", "landing", "want"),
+    [
+        (False, True, False, Verdict.BUSY),  # asked for from the tail: not parked here
+        (False, False, False, Verdict.BUSY),
+        (False, True, True, Verdict.SERVE),  # its bytes are landing now: they go on
+        (True, False, False, Verdict.SERVE),  # what it holds it still serves
+    ],
+)
+def test_a_lagging_relay_link_parks_nothing(
+    have: bool, incoming: bool, landing: bool, want: Verdict
+) -> None:
+    """A link that fell behind relays from the chain's tail: a request parked for a chunk
+    it lacks would wait for the chunk to come round the chain through the asker itself."""
+    got = serve_decision(
+        have=have,
+        incoming=incoming,
+        admit=lambda: True,
+        cut_through=True,
+        landing=landing,
+        lagging=True,
+    )
+    assert got.verdict is want

@@ -347,13 +347,15 @@ class PeerHandler:
             seed=seed if seeder is not None else None,
             cut_through=self.cut_through,
             landing=landing is not None,
+            lagging=replica.lagging,
         )
         if d.verdict is Verdict.PARK:
             replica.park(msg.chunk, lambda: self._unpark(msg), until_bytes=self.cut_through)
         elif d.verdict is Verdict.NO_CHUNK:
             self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
         elif d.verdict is Verdict.BUSY:
-            self._out.append(_Reply(Error("busy", "upload queue full", msg.req)))
+            why = "behind: relaying from the tail" if replica.lagging else "upload queue full"
+            self._out.append(_Reply(Error("busy", why, msg.req)))
         elif d.verdict is Verdict.REDIRECT:
             self._out.append(_Reply(Redirect(msg.req, msg.chunk, list(d.holders))))
         else:

@@ -78,6 +78,7 @@ class Replica:
     seeder: SuperSeeder | None = None  # set on an origin's replica: it super-seeds
     incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
     onward: bool = True  # serves what it receives (False: a partial read, see swarm_fill)
+    lagging: bool = False  # a relay link that fell behind: it parks no request (see lag)
     _parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     _landings: dict[int, Landing] = field(default_factory=dict)  # chunk -> its bytes landing
     _awaiting_bytes: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
@@ -140,6 +141,15 @@ class Replica:
         """``chunk`` arrived, or its requests ended without it: answer who waited for it."""
         for answer in self._parked.pop(chunk, []) + self._awaiting_bytes.pop(chunk, []):
             answer()
+
+    def lag(self) -> None:
+        """Our fetch fell behind its relay upstream and now relays from the chain's tail:
+        what we lack reaches us only after our downstream has it, so every request parked
+        for it is answered now (busy: serve_decision), and none is parked from now on."""
+        self.lagging = True
+        for chunk in {*self._parked, *self._awaiting_bytes}:
+            if chunk not in self._landings:  # (bytes landing now: those go on)
+                self.settle(chunk)
 
     def settle_all(self) -> None:
         for chunk in {*self._parked, *self._awaiting_bytes}:

@@ -428,6 +428,8 @@ class _Driver:
                 self.replica.incoming.discard(a.chunk)
                 if not a.held:
                     self.replica.settle(a.chunk)  # who waited for it hears it is not coming
+        if self.session.planner.lagging and not self.replica.lagging:
+            self.replica.lag()  # we relay from the tail now: park no one (Replica.lag)
 
     def _start(self, r: Request) -> None:
         into = None

@@ -73,6 +73,16 @@ RELAY_START_WAIT = 20
 """Ticks a relay waits for a link that answered it has not begun its fetch (fetches that
 start together began up to 160 ms apart on bench/linerate.py's 9 processes); a member
 that does not fetch at all costs its downstream this much once."""
+LAG_CHUNKS = 8
+"""Chunks by which a relay link may fall further behind the link before it, while relaying
+from it, before it counts as *lagging* and moves to the chain's tail: a chain runs at its
+slowest link's pace, so one receiver on a half-rate NIC mid-chain held every link after
+it to half rate (bench/linerate.py --case slow: 2.0x one copy). At least twice
+``per_source``: a link that just moved on to a new upstream shares that upstream's uplink
+with what its old downstream still has in flight there, and falls behind by as much
+(with 4 at ``per_source`` 4, such links judged themselves lagging one after the other,
+simulated). A link knows its upstream's chunks at once (it tells it of each), so the
+judgement is its own; each chunk of lag costs its downstream that chunk at its rate."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -276,6 +286,10 @@ class ChunkPlanner:
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
         self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
+        self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
+        self._gaps: dict[tuple[str, str], int] = {}  # (link, link before it) -> least gap
+        self._runs: dict[str, int] = {}  # source -> its run of chunks from the first
+        self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
         peer's announcement nothing about the sources changed, and rebuilding it walked
@@ -614,7 +628,13 @@ class ChunkPlanner:
             self._drop(source, chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.missing_ticks
         elif why == Failure.REFUSED:
-            if self.cfg.relay and source == self._relay_up:
+            if self.cfg.relay and source == self._relay_up and not src.origin:
+                # A link that refuses us is lagging (or swamped): we relay from the one
+                # before it, and it from the tail (see _note_lag).
+                self._effects += 1
+                self._lagging.add(source)
+                self._take_back(source)
+            elif self.cfg.relay and source == self._relay_up:
                 # An origin sent it to others (and will not again): take it from them,
                 # though the origin holds it (a hole it holds would be asked again).
                 self._relay_redirected.add(chunk)
@@ -820,6 +840,7 @@ class ChunkPlanner:
         """``relay``'s requests, or None where the swarm decides: we have no upstream, or
         it has room but nothing we may ask it for (it said it lacks them: it may never
         get them), and the swarm fills in meanwhile."""
+        self._note_lag()
         up = self._upstream()
         if up is None:
             return None
@@ -847,8 +868,12 @@ class ChunkPlanner:
         done: a chain does not move when its head finishes) and, while fetchers may not
         have learnt of each other yet (``member_grace``), its live members; else the
         nearest origin; None if we may ask none (the fetch then swarms). A link we may not
-        ask (dead, backed off) is skipped: its downstream relays from the one before it."""
-        me = self.me
+        ask (dead, backed off) is skipped: its downstream relays from the one before it.
+        A lagging link (``LAG_CHUNKS``) comes after every other: the chain's tail."""
+        return self._link_before(self.me)
+
+    def _link_before(self, me: str) -> str | None:
+        """:meth:`_upstream` of link ``me`` (us, or a link whose own upstream we judge)."""
         chain = {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
         if self._began is None or self.now < self._began + self.cfg.member_grace:
             chain.update(n for n in (*self.dc_fetchers, *self.dc_members) if n not in self.sources)
@@ -856,7 +881,11 @@ class ChunkPlanner:
             chain -= {n for n in self._assumed if not self.sources[n].chunks} - set(
                 self.dc_fetchers
             )
-        for name in sorted((n for n in chain if n < me), reverse=True):
+        key = self._chain_key
+        mine = key(me)
+        if mine[0]:  # a laggard relays from the tail: never from another laggard (which
+            mine = (True, "")  # would refuse it what it lacks, and it would ask again)
+        for name in sorted((n for n in chain if key(n) < mine), key=key, reverse=True):
             src = self.sources.get(name)
             if src is None:  # a member not yet heard of as a holder: it will be one
                 self._effects += 1
@@ -872,6 +901,76 @@ class ChunkPlanner:
             if s.origin and s.tier < WAN_TIER and self._usable(s)
         ]
         return min(origins)[1] if origins else None
+
+    def _chain_key(self, name: str) -> tuple[bool, str]:
+        return name in self._lagging, name
+
+    def _note_lag(self) -> None:
+        """Mark us lagging once we fell ``LAG_CHUNKS`` further behind our upstream than we
+        were while we relayed from it (we know its chunks at once: it tells us of each):
+        we then relay from the tail, whose uplink no one else uses, and our serving side
+        answers requests for chunks we lack "busy" rather than parking them
+        (:attr:`lagging`), which moves our downstream on to the link before us
+        (:meth:`failed`). Without that, the downstream's requests parked here waited for
+        chunks that now reach us only through it."""
+        up = self._relay_up
+        src = self.sources.get(up) if up is not None else None
+        if up is None or src is None or src.origin or self.me in self._lagging:
+            return
+        lag = max(LAG_CHUNKS, 2 * self.cfg.per_source)
+        if up not in self._lagging and self._fell_behind(self.me, up, lag):
+            self._effects += 1
+            self._lagging.add(self.me)
+
+    @property
+    def lagging(self) -> bool:
+        """Do we relay from the tail, having fallen behind (see :meth:`_note_lag`)?"""
+        return self.me in self._lagging
+
+    def _fell_behind(self, link: str, before: str, by: int) -> bool:
+        """Has ``link``'s run of chunks fallen ``by`` further behind ``before``'s than it
+        ever was (since we began to compare the two)?"""
+        gap = self._run(before) - self._run(link)
+        least = min(self._gaps.get((link, before), gap), gap)
+        self._gaps[(link, before)] = least
+        return gap - least >= by
+
+    def _run(self, name: str) -> int:
+        """How many of the first chunks ``name`` holds without a gap (us included)."""
+        if name == self.me:
+            c = self._relay_from
+            while c < self.num_chunks and self.have[c]:
+                c += 1
+            return c
+        if name in self._full:
+            return self.num_chunks
+        src = self.sources.get(name)
+        if src is None:
+            return 0
+        p = self._runs.get(name, 0)
+        if p and p - 1 not in src.chunks:
+            p = 0  # (it lost a hint: count again)
+        while p < self.num_chunks and p in src.chunks:
+            p += 1
+        self._runs[name] = p
+        return p
+
+    def _take_back(self, source: str) -> None:
+        """Every request in flight to ``source`` back to the pool; the session abandons
+        them (:meth:`taken_back`)."""
+        for c, st in list(self._chunks.items()):
+            if st.requested.pop(source, None) is not None:
+                self._taken_back.append(Request(source, c, False))
+                self._release(source)
+                if not st.requested:
+                    del self._chunks[c]
+                    self._return(c)
+
+    def taken_back(self) -> list[Request]:
+        """Requests the planner took back since the last call (see :meth:`_note_lag`): the
+        caller stops each, as it stops an endgame loser."""
+        out, self._taken_back = self._taken_back, []
+        return out
 
     def _probe(self, up: str) -> list[Request]:
         """Our lowest missing chunk, asked of an upstream we never asked anything (a link

@@ -9,7 +9,9 @@ A holder asked for a chunk answers one of five ways (:class:`Verdict`), in this 
    here now is served as they land (the asker verifies the whole chunk against the
    manifest, as always), and a request for one asked for but not landing yet is parked
    until its bytes begin to land: a relay's next hop then trails its upstream by a
-   piece, not by a whole chunk.
+   piece, not by a whole chunk. A relay link that fell behind and moved to the chain's
+   tail (``lagging``, see ChunkPlanner) parks nothing: BUSY, which moves its downstream
+   on to the link before it (what it lacks reaches it only through that downstream now).
 2. Its upload queue is full for this asker: BUSY (the asker tries another holder instead
    of holding one of its few request slots in our queue).
 3. It is a super-seeding origin and this chunk already went out to someone who can pass
@@ -53,13 +55,16 @@ def serve_decision(
     seed: Callable[[], SeedDecision] | None = None,
     cut_through: bool = False,
     landing: bool = False,
+    lagging: bool = False,
 ) -> ServeDecision:
     """How to answer a request for a chunk of a version held here (see the module
     docstring). ``incoming``: we asked for the chunk; ``landing``: its bytes are arriving
     into our memory now (only read with ``cut_through``). ``admit`` and ``seed`` are asked
     only when the answer depends on them: ``admit`` counts refusals, and ``seed`` looks at
-    the membership view."""
+    the membership view. ``lagging``: we are a relay link that fell behind."""
     if not have and not (cut_through and landing):
+        if lagging:
+            return ServeDecision(Verdict.BUSY)
         return ServeDecision(Verdict.PARK if incoming else Verdict.NO_CHUNK)
     if not admit():
         return ServeDecision(Verdict.BUSY)

@@ -215,7 +215,7 @@ class FetchSession:
     @_input
     def requests(self, now: float) -> list[Action]:
         """New requests to send now, within the planner's limits."""
-        out: list[Action] = []
+        out = self._take_back()
         for r in self.planner.next_requests():
             self.phase[r] = Phase.ISSUED
             self.issued_at[r] = now
@@ -255,7 +255,7 @@ class FetchSession:
         p.failed(r.chunk, r.source, _FAILURE[outcome])
         for addr, tier in holders:
             p.add_chunk(addr, r.chunk, tier)
-        return self._end(r, held=False)
+        return self._end(r, held=False) + self._take_back()
 
     @_input
     def source_dead(self, source: str) -> list[Action]:
@@ -321,6 +321,13 @@ class FetchSession:
                 out.append(a)
                 out += self._settle_if_last(r.chunk)
         return out
+
+    def _take_back(self) -> list[Action]:
+        """Requests the planner took back (a relay upstream that refused us: the rest of
+        what we asked it, see ChunkPlanner.taken_back) end now, before any request is
+        issued again (the same request may be issued anew) and before their replies can
+        arrive: the planner's books already let go of them."""
+        return self._abandon_all(self.planner.taken_back())
 
     def _end(self, r: Request, held: bool) -> list[Action]:
         self._copies[r.chunk] -= 1
