@@ -144,13 +144,19 @@ def _cpu_use(start: tuple[float, float], nbytes: int) -> dict[str, float]:
 @dataclass(frozen=True)
 class Case:
     """Where a chain breaks (#17): ``victim`` (a receiver's index, mid-chain) is
-    ``killed`` ``kill_after`` seconds into the transfer, or ``slow`` (half the NIC rate).
-    Reported: the last *healthy* receiver against one copy, and for a slow victim its
-    time against its own bound (two copies)."""
+    ``killed`` ``kill_after`` seconds into the transfer, ``slow`` (half the NIC rate), or
+    ``late`` (it begins ``kill_after`` seconds after the others). Reported: the last
+    *healthy* receiver against one copy, and the victim's time against its own bound (a
+    slow one: two copies; a late one: one copy from its own start)."""
 
     kind: str
     victim: int
     kill_after: float = 0.0
+
+    @property
+    def bound(self) -> float:
+        """The victim's own bound, in copies."""
+        return 2.0 if self.kind == "slow" else 1.0
 
 
 def _raw(
@@ -161,7 +167,8 @@ def _raw(
     case: Case | None = None,
 ) -> dict[str, Any]:
     """One raw-socket run: the star (or a single copy) when not ``chain``; with ``case``,
-    its victim is killed or slow as the case says."""
+    its victim is killed or slow as the case says, or late: a static group (a chain, a
+    star, NCCL's communicator) begins once its last member is there."""
     ctx = mp.get_context("spawn")
     pipes: list[mpc.Connection] = []
     procs = []
@@ -191,6 +198,9 @@ def _raw(
     for pipe in reversed(pipes) if chain else pipes:
         pipe.send("connect")
     start = _cpu_now()
+    began = time.time()
+    if case is not None and case.kind == "late":
+        time.sleep(case.kill_after)  # (everyone waits for the late one)
     ours.send("go")
     for pipe in pipes:
         assert pipe.recv() == ("connected",)
@@ -204,6 +214,8 @@ def _raw(
             ends[i] = (t1, got)
     cpu = _cpu_use(start, size * len(receivers))
     t0 = ours.recv()[1]
+    if case is not None and case.kind == "late":
+        t0 = began  # (the others' time counts from when they were ready)
     for p in [src, *procs]:
         p.join(30)
     healthy = [i for i in receivers if case is None or i != case.victim]
@@ -216,8 +228,9 @@ def _raw(
         "publisher_egress_models": 1.0 if chain else float(len(receivers)),
         **cpu,
     }
-    if case is not None and case.kind == "slow" and case.victim in ends:
-        out["victim_seconds"] = ends[case.victim][0] - t0
+    if case is not None and case.kind != "killed" and case.victim in ends:
+        late = case.kill_after if case.kind == "late" else 0.0
+        out["victim_seconds"] = ends[case.victim][0] - t0 - late
     return out
 
 
@@ -321,10 +334,13 @@ def _tensorhub(
         c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
 
         def started() -> None:
-            if case is not None and case.kind == "killed":
+            if case is not None and case.kind in ("killed", "late"):
                 assert victim is not None
                 time.sleep(case.kill_after)
-                c.kill(victim)
+                if case.kind == "killed":
+                    c.kill(victim)
+                else:
+                    c.call([victim], "fetch", MODEL, 1, None)
 
         sampler = _Sampler(fabric)
         start = _cpu_now()
@@ -338,7 +354,10 @@ def _tensorhub(
             start = _cpu_now()
 
         try:
-            ends, delta = c.fetch_each(names, MODEL, 1, None, started, prepared)
+            hold = (
+                [victim] if victim is not None and case is not None and case.kind == "late" else []
+            )
+            ends, delta = c.fetch_each(names, MODEL, 1, None, started, prepared, hold)
         finally:
             cpu = _cpu_use(start, size * receivers)
             samples = sampler.stop()
@@ -356,8 +375,8 @@ def _tensorhub(
         "links": {k: round(b / size, 3) for k, b in sorted(delta.items())},
         **cpu,
     }
-    if victim is not None and victim in ends:
-        out["victim_seconds"] = ends[victim][1] - t0
+    if victim is not None and victim in ends:  # (from its own start: late or not)
+        out["victim_seconds"] = ends[victim][1] - ends[victim][0]
     return out
 
 
@@ -369,7 +388,8 @@ def _simulated(r: dict[str, Any]) -> str:
 
 
 def _victim(r: dict[str, Any]) -> str:
-    """How the slow receiver fared against its own bound (two copies): measured (sim.)."""
+    """How the victim fared against its own bound (a slow one: two copies; a late one: one
+    copy from its own start): measured (simulated)."""
     if "victim_over_its_bound" not in r:
         return "-"
     sim = r.get("simulated_victim_over_its_bound")
@@ -390,9 +410,10 @@ def main() -> None:
     ap.add_argument("--chunk", default="4MiB", help="tensorhub's chunk size")
     ap.add_argument(
         "--case",
-        choices=["healthy", "slow", "killed"],
+        choices=["healthy", "slow", "killed", "late"],
         default="healthy",
-        help="where chains break: a mid-chain receiver at half rate, or killed halfway",
+        help="where chains break: a mid-chain receiver at half rate, killed halfway, "
+        "or beginning its fetch half a copy late",
     )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -423,21 +444,22 @@ def main() -> None:
                 results[label] = _tensorhub(fabric, n, size, name, chunk, case)
                 if case is not None and case.kind == "killed":
                     continue  # (the simulator models no kill mid-transfer)
+                late = {victim: 0.5} if args.case == "late" else {}
                 each = [
-                    predict_each(n, size, args.rate, chunk, preset(name), seed, slow)
+                    predict_each(n, size, args.rate, chunk, preset(name), seed, slow, late)
                     for seed in (1, 2, 3)
                 ]  # the last healthy receiver, as measured
                 results[label]["simulated_over_one_copy"] = [
-                    max(t for i, t in enumerate(e, 1) if i not in slow) for e in each
+                    max(t for i, t in enumerate(e, 1) if case is None or i != victim) for e in each
                 ]
-                if slow:
+                if case is not None:
                     results[label]["simulated_victim_over_its_bound"] = [
-                        e[victim - 1] / 2 for e in each
+                        e[victim - 1] / case.bound for e in each
                     ]
     for r in results.values():
         r["last_over_one_copy"] = r["seconds"] / one if r["seconds"] is not None else None
-        if "victim_seconds" in r:  # a slow victim against its own bound (two copies)
-            r["victim_over_its_bound"] = r["victim_seconds"] / (2 * one)
+        if "victim_seconds" in r and case is not None:  # against its own bound
+            r["victim_over_its_bound"] = r["victim_seconds"] / (case.bound * one)
         if (sim := r.get("simulated_over_one_copy")) and r["last_over_one_copy"]:
             # #18's check of the simulator against reality: within 10 % of the measurement.
             r["simulator_error"] = statistics.median(sim) / r["last_over_one_copy"] - 1.0
@@ -445,6 +467,7 @@ def main() -> None:
         "healthy": "",
         "slow": f"; r{victim} at half rate (last = last healthy receiver)",
         "killed": f"; r{victim} killed after {one / 2:.2f} s (last = last healthy receiver)",
+        "late": f"; r{victim} begins {one / 2:.2f} s late (last = last healthy receiver)",
     }[args.case]
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
@@ -458,7 +481,7 @@ def main() -> None:
             "CPU s/GB",
             "CPU busy",
             "sim. median",
-            *(["slow one / its bound (sim.)"] if args.case == "slow" else []),
+            *([f"r{victim} / its bound (sim.)"] if args.case in ("slow", "late") else []),
         ],
         [
             [
@@ -472,7 +495,7 @@ def main() -> None:
                 f"{r['cpu_seconds_per_gb']:.2f}",
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
                 _simulated(r),
-                *([_victim(r)] if args.case == "slow" else []),
+                *([_victim(r)] if args.case in ("slow", "late") else []),
             ]
             for name, r in results.items()
         ],

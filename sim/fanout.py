@@ -43,10 +43,12 @@ def predict_each(
     dataplane: DataPlaneConfig,
     seed: int = 1,
     rates: Mapping[int, float] | None = None,
+    late: Mapping[int, float] | None = None,
 ) -> list[float]:
     """Each receiver's time over one copy's (size / rate), simulated, receivers 1..N in
-    order; ``rates``: receiver -> its NIC's rate (Mbit/s) where not ``rate_mbit`` (the
-    bench's slow receiver, both ways, as ``Fabric(rates=...)``)."""
+    order, from its own start; ``rates``: receiver -> its NIC's rate (Mbit/s) where not
+    ``rate_mbit`` (the bench's slow receiver, both ways, as ``Fabric(rates=...)``);
+    ``late``: receiver -> when it begins its fetch, in copies (the bench's late joiner)."""
     spec = TopologySpec(
         dcs=1,
         racks_per_dc=1,
@@ -70,7 +72,8 @@ def predict_each(
         tick=NODE_TICK,
     )
     s = Swarm(e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed)
-    s.start(at={f: 0.0 for f in hosts[1:]})
-    e.run()
     one = size / (rate_mbit * 1e6 / 8)
-    return [(s.nodes[f].finished or math.inf) / one for f in hosts[1:]]
+    starts = {f: (late or {}).get(i, 0.0) * one for i, f in enumerate(hosts[1:], 1)}
+    s.start(at=starts)
+    e.run()
+    return [((s.nodes[f].finished or math.inf) - starts[f]) / one for f in hosts[1:]]

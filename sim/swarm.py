@@ -378,6 +378,11 @@ class Swarm:
                 spare=src.slots.has_spare(),
             )
 
+        if src.started is None and not any(src.have):
+            # As the node: one that has not begun its fetch holds no replica of the version
+            # ("unknown version"), which a relay's downstream reads as a link not started.
+            self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN))
+            return
         cut = self.cfg.cut_through
         # (Nor may s pass on bytes that f itself is passing to it: once their real source
         # died, the two would wait on each other for ever.)

@@ -12,6 +12,7 @@ from tensorhub.core.swarm import ChunkPlanner, DcView, Failure, PlannerConfig, R
 from tensorhub.core.swarm.planner import (
     LAG_CHUNKS,
     RELAY_PATIENCE,
+    RELAY_STALL,
     RELAY_START_WAIT,
     owner_order,
 )
@@ -508,7 +509,8 @@ def test_relay_counts_members_as_links_until_fetchers_are_known() -> None:
 
 def test_relay_falls_back_to_the_swarm_when_its_upstream_has_nothing_to_give() -> None:
     """An upstream that keeps lacking what we may ask it for (it stalled: "not held"
-    ``RELAY_PATIENCE`` times with no chunk gained) does not hold the fetch up: the swarm
+    ``RELAY_PATIENCE`` times and ``RELAY_STALL`` ticks with no chunk gained) does not hold
+    the fetch up: the swarm
     takes that chunk from others. Until then we ask it again, and nobody else."""
     p = relay_planner("n3", n=4, per_source=2, missing_ticks=1)
     p.set_source("n1", 1, range(4))
@@ -522,6 +524,12 @@ def test_relay_falls_back_to_the_swarm_when_its_upstream_has_nothing_to_give() -
         p.tick()
         p.tick()
         assert p.next_requests() == [Request("n2", 0, False)]
+    p.failed(0, "n2", Failure.MISSING)  # RELAY_PATIENCE times, but not yet for long
+    p.tick()
+    p.tick()
+    assert p.next_requests() == [Request("n2", 0, False)]
+    for _ in range(RELAY_STALL):  # (a slow chain gains a chunk every few ticks)
+        p.tick()
     p.failed(0, "n2", Failure.MISSING)
     reqs = p.next_requests()
     assert Request("n1", 0, False) in reqs and all(r.source == "n1" for r in reqs)
@@ -597,7 +605,8 @@ def test_the_quick_all_busy_answer_agrees_with_a_full_scan(seed: int) -> None:
 def test_relay_waits_on_a_slow_upstream_that_keeps_gaining_chunks() -> None:
     """On a busy host an upstream may say "not yet" many times for a chunk ahead of it;
     as long as it gains chunks in between it is slow, not stalled, and the chunk stays
-    with it. RELAY_PATIENCE refusals with no chunk gained: the swarm takes it."""
+    with it. RELAY_PATIENCE refusals and RELAY_STALL ticks with no chunk gained: the swarm
+    takes it."""
     p = relay_planner("n3", n=16, per_source=8)
     p.set_source("n1", 1, range(16))
     p.set_source("n2", 1, [0])
@@ -608,6 +617,10 @@ def test_relay_waits_on_a_slow_upstream_that_keeps_gaining_chunks() -> None:
     assert 8 not in p._relay_holes  # (the planner's own record of what it left)
     for _ in range(3):
         p.failed(8, "n2", Failure.MISSING)
+    assert 8 not in p._relay_holes  # no gain, but not for long: a chain slowed a while
+    for _ in range(RELAY_STALL):
+        p.tick()
+    p.failed(8, "n2", Failure.MISSING)
     assert 8 in p._relay_holes
 
 
@@ -693,6 +706,42 @@ def test_a_lagging_link_never_relays_from_another_laggard() -> None:
     (first, *_) = q.next_requests()
     q.failed(first.chunk, "n5", Failure.REFUSED)
     assert ("n5", first.chunk) in q._blocked
+
+
+def test_a_link_far_behind_us_or_not_begun_is_no_upstream() -> None:
+    """A receiver that joins halfway (bench/linerate.py --case late, simulated): before it
+    begins it answers "unknown version", after it begins it is far behind. Either way its
+    downstream relays from the link before it; relaying from it held the downstream to
+    its pace (it waited, then judged itself lagging: 1.5-3.6x one copy)."""
+    p = relay_planner("n6", n=64, per_source=4)
+    p.set_source("n4", 1, range(40))
+    p.set_source("n5", 1, [])
+    (first, *_) = p.next_requests()
+    assert first.source == "n5"
+    p.failed(first.chunk, "n5", Failure.GONE)  # it has not begun
+    for r in _:
+        p.failed(r.chunk, "n5", Failure.GONE)
+    for _i in range(60):  # long past gone_ticks: still no link while it holds nothing
+        p.tick()
+    assert {r.source for r in p.next_requests()} == {"n4"}
+    q = relay_planner("n6", n=64, per_source=4)
+    q.set_source("n4", 1, range(40))
+    q.set_source("n5", 1, [0, 1])  # it began, 2 chunks in
+    for c in range(20):
+        q.received(c, "n4")  # (we are 20 in)
+    assert {r.source for r in q.next_requests()} == {"n4"}
+
+
+def test_a_link_that_joins_far_behind_its_upstream_relays_from_the_tail_at_once() -> None:
+    """A late joiner with nothing yet, LAG_CHUNKS behind its upstream: to the tail at once
+    (it would share its upstream's uplink with the downstream that went on without it)."""
+    p = _relay_n5()
+    p.set_source("n4", 1, range(LAG_CHUNKS))
+    p.set_source("n8", 1, range(LAG_CHUNKS))
+    first = p.next_requests()
+    assert {r.source for r in first} == {"n4"} and not p.lagging
+    second = p.next_requests()  # (judged once it relays from n4)
+    assert p.lagging and second and {r.source for r in second} == {"n8"}
 
 
 def test_relay_survives_the_death_of_a_member_it_took_for_a_link() -> None:

@@ -140,3 +140,17 @@ def test_a_relay_chain_runs_around_a_receiver_on_a_half_rate_nic() -> None:
     print("each receiver / one copy:", [round(t, 3) for t in times])
     assert max(healthy) < 1.2
     assert times[4] / 2 < 1.05
+
+
+def test_a_relay_chain_goes_on_without_a_receiver_that_joins_halfway() -> None:
+    """bench/linerate.py --case late, simulated: receiver 5 of 8 begins its fetch half a
+    copy late. Its downstream relays from the link before it meanwhile and after (a link
+    far behind is no upstream), and the joiner relays from the tail: everyone within
+    1.1x one copy of their own start (before: 1.38-1.56x, and the lag rule alone made it
+    a cascade of links judging themselves lagging, up to 4.2x)."""
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import RELAY
+
+    times = predict_each(8, 256 << 20, 1000.0, 4 << 20, RELAY, seed=1, late={5: 0.5})
+    print("each receiver / one copy, from its own start:", [round(t, 3) for t in times])
+    assert max(times) < 1.1

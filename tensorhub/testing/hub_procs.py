@@ -16,7 +16,7 @@ import multiprocessing.connection as mpc
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,17 +289,19 @@ class HubProcs:
         via: str | None,
         started: Callable[[], None] | None = None,
         prepared: Callable[[], None] | None = None,
+        hold: Collection[str] = (),
     ) -> tuple[dict[str, list[Any]], dict[str, int]]:
         """As :meth:`fetch_all`, node by node: ``prepared()`` is called once every node has
         its destination tensors (allocated and touched: a bench starts its CPU clock there,
-        not before), ``started()`` once every fetch has begun (a bench may kill one of them
-        then); returned are (start, end, failures) of each node still alive after it, by
-        name, and the bytes uploaded meanwhile."""
+        not before), ``started()`` once every fetch but those of ``hold`` has begun (a bench
+        may kill one of them then, or begin a held one late: it must); returned are
+        (start, end, failures) of each node still alive after it, by name, and the bytes
+        uploaded meanwhile."""
         before = self.uploads()
         self.call(names, "prepare", model, version, via)
         if prepared is not None:
             prepared()
-        self.call(names, "fetch", model, version, via)
+        self.call([n for n in names if n not in hold], "fetch", model, version, via)
         if started is not None:
             started()
         live = [n for n in names if n in self.alive]

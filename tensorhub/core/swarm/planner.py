@@ -66,6 +66,12 @@ _NEVER = 1 << 62  # a tick no fetch reaches
 RELAY_PATIENCE = 3
 """Times a relay's upstream may say it lacks a chunk ahead of what it holds before the
 chunk is left to the swarm (a live upstream gets it within a few ticks)."""
+RELAY_STALL = 20
+"""...and ticks since its run of chunks last grew: a link after a slow one (a receiver on a
+half-rate NIC, or one sharing its upstream's uplink for a while) gains a chunk every 7
+ticks at 1 Gbit/s, and three "not yet"s two ticks apart took it for stalled: its
+downstream took the chunks from the swarm, from the chain's head, whose stream then
+slowed the whole chain (simulated, a receiver joining halfway)."""
 RELAY_WAIT = 50
 """Ticks a relay waits, as far ahead of its upstream as it may ask, for the upstream to gain
 a chunk before the swarm fills in (an upstream that gains none that long has stalled)."""
@@ -157,6 +163,7 @@ class SourceInfo:
     blocked_until: int = 0
     banned: bool = False
     seen_at: int = 0  # tick it was last heard of as alive (ChunkPlanner._seen: or listed)
+    top: int = -1  # the highest chunk it was said to hold (relay: how far ahead it is)
     rank: int = field(init=False, default=0)
     """Preference order (lower first): by tier; an origin after its whole datacenter. A
     field, not a property: every planning call reads it for every source (13.7 M reads in
@@ -277,18 +284,20 @@ class ChunkPlanner:
         self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
         self._relay_up: str | None = None  # our upstream when we last asked it
         self._relay_frontier = -1  # its run of chunks (_prefix) at its last "not held"
+        self._relay_moved = 0  # the tick that run was first seen
         self._relay_misses: Counter[int] = Counter()  # chunk -> "not held" from it
         self._relay_holes: set[int] = set()  # chunks left to the swarm (it may never have them)
         self._relay_src: SourceInfo | None = None  # whose run of chunks _relay_prefix is
         self._relay_prefix = 0
         self._relay_asked: set[str] = set()  # links we asked for a chunk (they tell us news)
         self._unstarted: dict[str, int] = {}  # relay links not fetching yet: since when
+        self._not_begun: set[str] = set()  # links that said "unknown version", holding none
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
         self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
-        self._gaps: dict[tuple[str, str], int] = {}  # (link, link before it) -> least gap
-        self._runs: dict[str, int] = {}  # source -> its run of chunks from the first
+        self._relay_since = 0  # the tick we began to relay from our upstream
+        self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -384,6 +393,7 @@ class ChunkPlanner:
             # It held every chunk: each bucketed chunk's partial count drops by one alike.
             self._buckets = {k - 1: ranks for k, ranks in self._buckets.items()}
         src.chunks = set(range(self.num_chunks))
+        src.top = self.num_chunks - 1
         self._full.add(name)
 
     def _demote(self, name: str) -> None:
@@ -448,6 +458,7 @@ class ChunkPlanner:
         assert chunks is not None
         for c in set(chunks) - src.chunks if name not in self._full else ():
             src.chunks.add(c)
+            src.top = max(src.top, c)
             self._hold(name, c)
 
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
@@ -467,6 +478,7 @@ class ChunkPlanner:
             src.seen_at = self.now
             if chunk not in src.chunks:
                 src.chunks.add(chunk)
+                src.top = max(src.top, chunk)
                 self._hold(name, chunk)
 
     def suspend(self, name: str, ticks: int) -> None:
@@ -628,26 +640,33 @@ class ChunkPlanner:
             self._drop(source, chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.missing_ticks
         elif why == Failure.REFUSED:
-            if self.cfg.relay and source == self._relay_up and not src.origin:
-                # A link that refuses us is lagging (or swamped): we relay from the one
-                # before it, and it from the tail (see _note_lag).
-                self._effects += 1
-                self._lagging.add(source)
-                self._take_back(source)
-            elif self.cfg.relay and source == self._relay_up:
-                # An origin sent it to others (and will not again): take it from them,
-                # though the origin holds it (a hole it holds would be asked again).
-                self._relay_redirected.add(chunk)
+            if self.cfg.relay and source == self._relay_up:
+                self._relay_refused(source, src, chunk)
             self._blocked[(source, chunk)] = self.now + self.cfg.refused_ticks
         elif why == Failure.GONE:
             if self._not_started(source, src):
                 self._unstarted.setdefault(source, self.now)
+            if self.cfg.relay and not src.chunks:
+                self._not_begun.add(source)
             wait = self.cfg.missing_ticks if self._starting(source, src) else self.cfg.gone_ticks
             src.blocked_until = self.now + wait
         elif why == Failure.TIMEOUT:
             src.blocked_until = self.now + self.cfg.timeout_ticks
         else:
             src.blocked_until = self.now + self.cfg.backoff_ticks
+
+    def _relay_refused(self, source: str, src: SourceInfo, chunk: int) -> None:
+        """Our upstream refused us ``chunk``. A link that does is lagging (or swamped): we
+        relay from the one before it, and it from the tail (see _note_lag), and what we
+        had asked of it comes back. An origin sent the chunk to others (and will not
+        again): we take it from them, though the origin holds it (a hole it holds would
+        be asked again)."""
+        if src.origin:
+            self._relay_redirected.add(chunk)
+            return
+        self._effects += 1
+        self._lagging.add(source)
+        self._take_back(source)
 
     def _not_started(self, name: str, src: SourceInfo) -> bool:
         """Is a relay link that lacks the version one that has not begun to fetch it yet
@@ -870,10 +889,7 @@ class ChunkPlanner:
         nearest origin; None if we may ask none (the fetch then swarms). A link we may not
         ask (dead, backed off) is skipped: its downstream relays from the one before it.
         A lagging link (``LAG_CHUNKS``) comes after every other: the chain's tail."""
-        return self._link_before(self.me)
-
-    def _link_before(self, me: str) -> str | None:
-        """:meth:`_upstream` of link ``me`` (us, or a link whose own upstream we judge)."""
+        me = self.me
         chain = {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
         if self._began is None or self.now < self._began + self.cfg.member_grace:
             chain.update(n for n in (*self.dc_fetchers, *self.dc_members) if n not in self.sources)
@@ -883,6 +899,7 @@ class ChunkPlanner:
             )
         key = self._chain_key
         mine = key(me)
+        held, behind = self.num_chunks - self._missing, max(LAG_CHUNKS, 2 * self.cfg.per_source)
         if mine[0]:  # a laggard relays from the tail: never from another laggard (which
             mine = (True, "")  # would refuse it what it lacks, and it would ask again)
         for name in sorted((n for n in chain if key(n) < mine), key=key, reverse=True):
@@ -893,6 +910,17 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
+            if name not in self._full and src.top + 1 + behind < held:
+                # Far behind us (it joined late, or moved to the tail): it has nothing for
+                # us, and relaying from it would hold us to its pace (simulated, a receiver
+                # joining halfway: its downstream waited on it, then judged itself lagging).
+                continue
+            if name in self._not_begun and not src.chunks and not self._starting(name, src):
+                # It has not begun this fetch (or not got far): no link until it holds a
+                # chunk. (Skipped only while backed off, it drew its downstream back every
+                # ``gone_ticks`` to ask again, and the chain after it stalled each time:
+                # simulated, a receiver joining halfway.)
+                continue
             if self._usable(src) or self._starting(name, src):
                 return name
         origins = [
@@ -907,53 +935,48 @@ class ChunkPlanner:
 
     def _note_lag(self) -> None:
         """Mark us lagging once we fell ``LAG_CHUNKS`` further behind our upstream than we
-        were while we relayed from it (we know its chunks at once: it tells us of each):
-        we then relay from the tail, whose uplink no one else uses, and our serving side
-        answers requests for chunks we lack "busy" rather than parking them
+        were while we relayed from it, or when we began our fetch that far behind it (we
+        joined late): we then relay from the tail, whose uplink no one else uses, and our
+        serving side answers requests for chunks we lack "busy" rather than parking them
         (:attr:`lagging`), which moves our downstream on to the link before us
         (:meth:`failed`). Without that, the downstream's requests parked here waited for
-        chunks that now reach us only through it."""
+        chunks that now reach us only through it.
+
+        How far behind: the upstream's highest chunk, which it tells us of at once once we
+        asked it (its run of chunks from the first may lag behind in our view until gossip
+        fills in what it held before we asked), against how many we hold (not our run
+        of chunks from the first: one repaired late is not a lag). The least lag
+        is taken from ``RELAY_START_WAIT`` ticks after we moved to this upstream mid-fetch
+        (from the start with the first, when neither held anything before): until
+        its news reaches us, it looks nearer than it is, and the first news looked like a
+        lag (bench/linerate.py --case slow: a link that had just moved on judged itself
+        lagging, and two shared the tail at half rate each)."""
         up = self._relay_up
         src = self.sources.get(up) if up is not None else None
-        if up is None or src is None or src.origin or self.me in self._lagging:
+        if up is None or src is None or src.origin or up in self._lagging:
+            return
+        if self.me in self._lagging:
             return
         lag = max(LAG_CHUNKS, 2 * self.cfg.per_source)
-        if up not in self._lagging and self._fell_behind(self.me, up, lag):
-            self._effects += 1
-            self._lagging.add(self.me)
+        ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
+        gap = (self.num_chunks if up in self._full else src.top + 1) - ours
+        if gap < 0:  # it is behind us (for now): nothing to judge
+            self._lag_least = None
+            return
+        if not (ours == 0 and gap >= lag):  # (else: we joined late: at once)
+            if self.now < self._relay_since + RELAY_START_WAIT:
+                return
+            least = gap if self._lag_least is None else min(self._lag_least, gap)
+            self._lag_least = least
+            if gap - least < lag:
+                return
+        self._effects += 1
+        self._lagging.add(self.me)
 
     @property
     def lagging(self) -> bool:
         """Do we relay from the tail, having fallen behind (see :meth:`_note_lag`)?"""
         return self.me in self._lagging
-
-    def _fell_behind(self, link: str, before: str, by: int) -> bool:
-        """Has ``link``'s run of chunks fallen ``by`` further behind ``before``'s than it
-        ever was (since we began to compare the two)?"""
-        gap = self._run(before) - self._run(link)
-        least = min(self._gaps.get((link, before), gap), gap)
-        self._gaps[(link, before)] = least
-        return gap - least >= by
-
-    def _run(self, name: str) -> int:
-        """How many of the first chunks ``name`` holds without a gap (us included)."""
-        if name == self.me:
-            c = self._relay_from
-            while c < self.num_chunks and self.have[c]:
-                c += 1
-            return c
-        if name in self._full:
-            return self.num_chunks
-        src = self.sources.get(name)
-        if src is None:
-            return 0
-        p = self._runs.get(name, 0)
-        if p and p - 1 not in src.chunks:
-            p = 0  # (it lost a hint: count again)
-        while p < self.num_chunks and p in src.chunks:
-            p += 1
-        self._runs[name] = p
-        return p
 
     def _take_back(self, source: str) -> None:
         """Every request in flight to ``source`` back to the pool; the session abandons
@@ -1018,7 +1041,10 @@ class ChunkPlanner:
         head)."""
         if up != self._relay_up:
             self._effects += 1
-            self._relay_up, self._relay_frontier = up, -1
+            self._relay_up, self._relay_frontier, self._relay_moved = up, -1, self.now
+            # (the first upstream we have nothing from: no news of it to wait for)
+            begun = self._missing < self.num_chunks
+            self._relay_since, self._lag_least = self.now if begun else -_NONE, None
             self._relay_misses.clear()
             self._relay_holes.clear()
             self._relay_redirected.clear()
@@ -1063,21 +1089,29 @@ class ChunkPlanner:
         """Our upstream said it lacks ``chunk``. Within the run of chunks it holds from
         the first (a stale hint), that is a hole it may never fill; past it, it will have
         it soon, unless it keeps saying so
-        (``RELAY_PATIENCE`` times with no chunk gained in between: it stalled; an upstream
+        (``RELAY_PATIENCE`` times and for ``RELAY_STALL`` ticks with no chunk gained in
+        between: it stalled; an upstream
         that is only slow, on a busy host, keeps gaining). Either way the chunk is then
-        left to the swarm until the upstream announces it."""
+        left to the swarm until the upstream announces it. An upstream that holds nothing
+        yet has not begun (it waits on its own upstream, say a member that fetches late):
+        not a stall, and waiting for it is ``RELAY_WAIT``'s (counted as a stall, each link
+        after it took its first chunks from the swarm, from the chain's head and the
+        origin, and slowed the head's stream: simulated, a receiver joining halfway)."""
         if source != self._relay_up:
             return
         src = self.sources.get(source)
+        if src is not None and not src.chunks:
+            return
         frontier = self._prefix(src) if src is not None else 0
         if chunk < frontier:
             self._relay_holes.add(chunk)
             return
         if frontier > self._relay_frontier:  # it moved on since: slow, not stalled
-            self._relay_frontier = frontier
+            self._relay_frontier, self._relay_moved = frontier, self.now
             self._relay_misses.clear()
         self._relay_misses[chunk] += 1
-        if self._relay_misses[chunk] >= RELAY_PATIENCE:
+        stalled = self.now >= self._relay_moved + RELAY_STALL
+        if self._relay_misses[chunk] >= RELAY_PATIENCE and stalled:
             self._relay_holes.add(chunk)
 
     def _nearest(self, c: int, rank_of: dict[str, int], free: set[str]) -> tuple[int, str | None]:
