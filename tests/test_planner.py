@@ -744,6 +744,36 @@ def test_a_link_that_joins_far_behind_its_upstream_relays_from_the_tail_at_once(
     assert p.lagging and second and {r.source for r in second} == {"n8"}
 
 
+def test_a_link_relaying_past_a_live_link_does_not_judge_its_own_lag() -> None:
+    """bench/linerate.py --case slow: the slow receiver began its fetch a little late and
+    answered "unknown version"; its downstream went past it to the link before it, the
+    two shared that link's uplink, and both judged themselves lagging (two on the tail at
+    half rate each: 2.03x). Relaying past a live link, we do not judge; once the holder
+    view lists the one we passed, it is our upstream again."""
+    p = relay_planner("n6", n=64, per_source=4)
+    p.set_source("n4", 1, [])
+    p.set_source("n5", 1, [])
+    first = p.next_requests()
+    assert {r.source for r in first} == {"n5"}
+    for r in first:
+        p.failed(r.chunk, "n5", Failure.GONE)  # it has not begun
+    p.set_source("n4", 1, range(2))
+    have = 0
+    for step in range(40):  # n4 races ahead of us: we share its uplink with n5
+        p.set_source("n4", 1, range(min(64, 2 * step + 2)))
+        for r in p.next_requests():
+            assert r.source == "n4"
+            if have < step // 2:
+                p.received(r.chunk, r.source)
+                have += 1
+        p.tick()
+    assert not p.lagging
+    p.set_source("n5", 1, range(have))  # the view lists it now (it began)
+    for _ in range(50):  # (its "unknown version" backed it off a while)
+        p.tick()
+    assert p._upstream() == "n5"  # (what is in flight to n4 stays there)
+
+
 def test_relay_survives_the_death_of_a_member_it_took_for_a_link() -> None:
     """Regression (bench/linerate.py --case killed, relay preset): a member taken for a
     chain link, then declared dead, left a name behind that the chain looked up after

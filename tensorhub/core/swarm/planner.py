@@ -298,6 +298,7 @@ class ChunkPlanner:
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
+        self._relay_skipped = False  # our upstream is not the link just before us
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -438,6 +439,7 @@ class ChunkPlanner:
         if name == self.me:
             return
         self._changes += 1
+        self._not_begun.discard(name)  # (the view lists it: it began)
         full = chunks is None or (isinstance(chunks, range) and chunks == range(self.num_chunks))
         src = self.sources.get(name)
         if src is None:
@@ -902,6 +904,7 @@ class ChunkPlanner:
         held, behind = self.num_chunks - self._missing, max(LAG_CHUNKS, 2 * self.cfg.per_source)
         if mine[0]:  # a laggard relays from the tail: never from another laggard (which
             mine = (True, "")  # would refuse it what it lacks, and it would ask again)
+        skipped = False  # a live link between us and our upstream (see _note_lag)
         for name in sorted((n for n in chain if key(n) < mine), key=key, reverse=True):
             src = self.sources.get(name)
             if src is None:  # a member not yet heard of as a holder: it will be one
@@ -914,15 +917,19 @@ class ChunkPlanner:
                 # Far behind us (it joined late, or moved to the tail): it has nothing for
                 # us, and relaying from it would hold us to its pace (simulated, a receiver
                 # joining halfway: its downstream waited on it, then judged itself lagging).
+                skipped = True
                 continue
             if name in self._not_begun and not src.chunks and not self._starting(name, src):
                 # It has not begun this fetch (or not got far): no link until it holds a
                 # chunk. (Skipped only while backed off, it drew its downstream back every
                 # ``gone_ticks`` to ask again, and the chain after it stalled each time:
                 # simulated, a receiver joining halfway.)
+                skipped = True
                 continue
             if self._usable(src) or self._starting(name, src):
+                self._relay_skipped = skipped
                 return name
+            skipped = True
         origins = [
             (s.tier, n)
             for n, s in self.sources.items()
@@ -950,12 +957,23 @@ class ChunkPlanner:
         (from the start with the first, when neither held anything before): until
         its news reaches us, it looks nearer than it is, and the first news looked like a
         lag (bench/linerate.py --case slow: a link that had just moved on judged itself
-        lagging, and two shared the tail at half rate each)."""
+        lagging, and two shared the tail at half rate each). Not judged at all while we
+        relay from past a live link (one that had not begun, is far behind, or backed
+        off): that link may fetch from our upstream too, sharing its uplink, and we would
+        take the slowness for ours (bench/linerate.py --case slow: the slow receiver
+        began its fetch late, its downstream went past it, and both judged themselves
+        lagging).
+
+        A link that has not begun, or that we heard of only through the holder view
+        since, is a link again once the view lists it (set_source)."""
         up = self._relay_up
         src = self.sources.get(up) if up is not None else None
         if up is None or src is None or src.origin or up in self._lagging:
             return
         if self.me in self._lagging:
+            return
+        if self._relay_skipped:  # (judged afresh, after a while, once it is not)
+            self._relay_since, self._lag_least = self.now, None
             return
         lag = max(LAG_CHUNKS, 2 * self.cfg.per_source)
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
