@@ -642,19 +642,40 @@ def test_a_relay_link_that_falls_behind_its_upstream_relays_from_the_tail() -> N
     p = _relay_n5()
     reqs = p.next_requests()
     assert {r.source for r in reqs} == {"n4"} and not p.lagging
-    upstream_has = 1
+    upstream_has, step = 1, 0
     for r in reqs[:1]:  # it gains chunks at twice our pace
         p.received(r.chunk, r.source)
     while not p.lagging:
-        assert upstream_has < 3 * LAG_CHUNKS, "never judged itself lagging"
+        assert upstream_has < 60, "never judged itself lagging"
+        p.tick()
+        step += 1
+        if step % 2:
+            continue
         upstream_has += 2
         p.set_source("n4", 1, range(upstream_has))
         reqs = p.next_requests()
         if reqs:
             p.received(reqs[0].chunk, reqs[0].source)  # one of ours lands per two of its
-    assert upstream_has >= LAG_CHUNKS  # not before it fell that far behind
+    # not before it fell that far behind, and kept falling behind a while
+    assert upstream_has >= LAG_CHUNKS and step >= RELAY_START_WAIT
     p.set_source("n8", 1, range(upstream_has))
     assert {r.source for r in p.next_requests()} == {"n8"}
+
+
+def test_a_relay_link_that_stalled_once_is_not_lagging() -> None:
+    """A busy host stalls a link for a while: it falls behind, then goes on at its
+    upstream's pace, as far behind as it fell (measured, 1 GiB: a healthy link judged
+    itself lagging at 86 % of the model). Lagging is falling behind, and going on so."""
+    p = _relay_n5()
+    have = 0
+    for step in range(120):
+        ahead = 5 + (3 * LAG_CHUNKS // 2 if step >= 30 else 0)  # the stall, at step 30
+        p.set_source("n4", 1, range(min(64, have + ahead)))
+        for r in p.next_requests():
+            p.received(r.chunk, r.source)
+            have += 1
+        p.tick()
+        assert not p.lagging, step
 
 
 def test_a_relay_link_keeping_pace_is_not_lagging() -> None:
@@ -733,10 +754,18 @@ def test_a_link_far_behind_us_or_not_begun_is_no_upstream() -> None:
 
 
 def test_a_link_that_joins_far_behind_its_upstream_relays_from_the_tail_at_once() -> None:
-    """A late joiner with nothing yet, LAG_CHUNKS behind its upstream: to the tail at once
-    (it would share its upstream's uplink with the downstream that went on without it)."""
+    """A late joiner with nothing yet, LAG_CHUNKS behind its upstream, whose downstream
+    went on without it: to the tail at once (it would share its upstream's uplink with
+    that downstream). Its downstream still waiting on it: it stays (fetches that start
+    together begin some ticks apart)."""
+    q = _relay_n5()
+    q.set_source("n4", 1, range(LAG_CHUNKS))
+    q.next_requests()
+    q.next_requests()
+    assert not q.lagging
     p = _relay_n5()
     p.set_source("n4", 1, range(LAG_CHUNKS))
+    p.set_source("n6", 1, range(LAG_CHUNKS))  # the chain went on without us
     p.set_source("n8", 1, range(LAG_CHUNKS))
     first = p.next_requests()
     assert {r.source for r in first} == {"n4"} and not p.lagging

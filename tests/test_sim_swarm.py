@@ -130,15 +130,16 @@ def test_a_relay_chain_runs_around_a_receiver_on_a_half_rate_nic() -> None:
     Every link after it ran at its pace (2.0x one copy) until a link that falls behind
     its upstream moves to the tail (ChunkPlanner._note_lag) and answers "busy" for what
     it lacks, which moves its downstream on to the link before it: the healthy ones then
-    finish within 1.2x one copy (at 256 MiB the lag is judged after 8 chunks of 64), the
-    slow one near its own bound (two copies)."""
+    finish within 1.25x one copy (at 256 MiB the lag is judged after 8 chunks of 64, and
+    confirmed RELAY_START_WAIT ticks later), the slow one near its own bound (two
+    copies)."""
     from sim.fanout import predict_each
     from tensorhub.core.swarm.presets import RELAY
 
     times = predict_each(8, 256 << 20, 1000.0, 4 << 20, RELAY, seed=1, rates={5: 500.0})
     healthy = [t for i, t in enumerate(times, 1) if i != 5]
     print("each receiver / one copy:", [round(t, 3) for t in times])
-    assert max(healthy) < 1.2
+    assert max(healthy) < 1.25
     assert times[4] / 2 < 1.05
 
 

@@ -299,6 +299,7 @@ class ChunkPlanner:
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
         self._relay_skipped = False  # our upstream is not the link just before us
+        self._lag_seen: tuple[int, int] | None = None  # (tick, lag) when it first crossed
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -903,7 +904,11 @@ class ChunkPlanner:
         mine = key(me)
         held, behind = self.num_chunks - self._missing, max(LAG_CHUNKS, 2 * self.cfg.per_source)
         if mine[0]:  # a laggard relays from the tail: never from another laggard (which
-            mine = (True, "")  # would refuse it what it lacks, and it would ask again)
+            # would refuse it what it lacks, and it would ask again), nor from a link
+            # before the tail, though the tail is behind it: it would share that link's
+            # uplink with the link after it, which would then fall behind too (measured,
+            # 1 GiB: five laggards on one link's uplink, 4.4x one copy)
+            mine = (True, "")
         skipped = False  # a live link between us and our upstream (see _note_lag)
         for name in sorted((n for n in chain if key(n) < mine), key=key, reverse=True):
             src = self.sources.get(name)
@@ -913,7 +918,7 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
-            if name not in self._full and src.top + 1 + behind < held:
+            if not mine[0] and name not in self._full and src.top + 1 + behind < held:
                 # Far behind us (it joined late, or moved to the tail): it has nothing for
                 # us, and relaying from it would hold us to its pace (simulated, a receiver
                 # joining halfway: its downstream waited on it, then judged itself lagging).
@@ -942,8 +947,11 @@ class ChunkPlanner:
 
     def _note_lag(self) -> None:
         """Mark us lagging once we fell ``LAG_CHUNKS`` further behind our upstream than we
-        were while we relayed from it, or when we began our fetch that far behind it (we
-        joined late): we then relay from the tail, whose uplink no one else uses, and our
+        were while we relayed from it, and kept falling behind for ``RELAY_START_WAIT``
+        ticks more (a stall on a busy host leaves a link as far behind as it fell, for
+        good: the link and its upstream both go on at line rate; bench/linerate.py, 1 GiB:
+        a healthy link judged itself lagging at 86 % of the model): we then relay from the
+        tail, whose uplink no one else uses, and our
         serving side answers requests for chunks we lack "busy" rather than parking them
         (:attr:`lagging`), which moves our downstream on to the link before us
         (:meth:`failed`). Without that, the downstream's requests parked here waited for
@@ -973,23 +981,51 @@ class ChunkPlanner:
         if self.me in self._lagging:
             return
         if self._relay_skipped:  # (judged afresh, after a while, once it is not)
-            self._relay_since, self._lag_least = self.now, None
+            self._relay_since, self._lag_least, self._lag_seen = self.now, None, None
             return
         lag = max(LAG_CHUNKS, 2 * self.cfg.per_source)
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
         gap = (self.num_chunks if up in self._full else src.top + 1) - ours
         if gap < 0:  # it is behind us (for now): nothing to judge
-            self._lag_least = None
+            self._lag_least = self._lag_seen = None
             return
-        if not (ours == 0 and gap >= lag):  # (else: we joined late: at once)
-            if self.now < self._relay_since + RELAY_START_WAIT:
-                return
-            least = gap if self._lag_least is None else min(self._lag_least, gap)
-            self._lag_least = least
-            if gap - least < lag:
-                return
+        if ours == 0 and gap >= lag and self._went_on_without_us(lag):
+            self._effects += 1  # we joined late, and the chain went on: to its tail
+            self._lagging.add(self.me)
+            return
+        if self.now < self._relay_since + RELAY_START_WAIT:
+            return
+        least = gap if self._lag_least is None else min(self._lag_least, gap)
+        self._lag_least = least
+        if gap - least < lag:
+            self._lag_seen = None
+            return
+        if self._lag_seen is None:  # that far behind: are we still falling behind?
+            self._lag_seen = (self.now, gap)
+            return
+        since, then = self._lag_seen
+        if self.now < since + RELAY_START_WAIT:
+            return
+        if gap - then < lag // 4:  # a stall (a busy host), not a slow link: it stays as
+            self._lag_least, self._lag_seen = gap, None  # far behind as it fell; go on
+            return
         self._effects += 1
         self._lagging.add(self.me)
+
+    def _went_on_without_us(self, lag: int) -> bool:
+        """Is the link after us in the chain ``lag`` chunks in already (it relays past us:
+        we began late)? Then relaying from our upstream would share its uplink with that
+        link, and the tail is where we belong (simulated, a receiver joining halfway: its
+        downstream ran at half rate until the joiner judged itself lagging)."""
+        after = [
+            n
+            for n, s in self.sources.items()
+            if not s.origin and s.tier < WAN_TIER and n > self.me and n not in self._lagging
+        ]
+        if not after:
+            return False
+        nxt = self.sources[min(after)]
+        return nxt.top + 1 >= lag
 
     @property
     def lagging(self) -> bool:
@@ -1063,6 +1099,7 @@ class ChunkPlanner:
             # (the first upstream we have nothing from: no news of it to wait for)
             begun = self._missing < self.num_chunks
             self._relay_since, self._lag_least = self.now if begun else -_NONE, None
+            self._lag_seen = None
             self._relay_misses.clear()
             self._relay_holes.clear()
             self._relay_redirected.clear()
