@@ -428,8 +428,18 @@ class _Driver:
                 self.replica.incoming.discard(a.chunk)
                 if not a.held:
                     self.replica.settle(a.chunk)  # who waited for it hears it is not coming
-        if self.session.planner.lagging and not self.replica.lagging:
+        planner = self.session.planner
+        if planner.lagging and not self.replica.lagging:
             self.replica.lag()  # we relay from the tail now: park no one (Replica.lag)
+            log.warning(
+                "%s v%d: this node fell behind the link before it in the relay chain "
+                "(a slow NIC or host?) with %d of %d chunks; it relays from the chain's "
+                "tail now",
+                display_name(self.replica.key),
+                self.replica.version,
+                planner.num_chunks - len(planner.missing()),
+                planner.num_chunks,
+            )
 
     def _start(self, r: Request) -> None:
         into = None
