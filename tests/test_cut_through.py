@@ -133,17 +133,47 @@ async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream()
         assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
 
 
+async def test_a_relay_link_that_falls_behind_answers_busy_for_what_it_lacks() -> None:
+    """A link that judged itself lagging relays from the chain's tail: a request parked at
+    it for a chunk it asked of its old upstream is answered "busy" at once (its asker then
+    relays from the link before it), and so is any new request for a chunk it lacks; what
+    it holds it still serves, exact."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK)
+        replica = await _landing_replica(relay, holder)
+        up = await relay.peer(holder.address)
+        await up.get_chunk(replica, 1)  # it holds chunk 1
+        replica.incoming.add(0)
+        mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
+        replica.lag()  # (what the fetch's driver does once its planner says so)
+        with pytest.raises(RemoteError) as busy:
+            await asyncio.wait_for(asked, 10)
+        assert busy.value.code == "busy" and "behind" in str(busy.value)
+        peer = await asker.peer(relay.address)
+        with pytest.raises(RemoteError) as again:
+            await asyncio.wait_for(peer.get_chunk(mine, 0), 10)
+        assert again.value.code == "busy" and not replica.parked(0)
+        await asyncio.wait_for(peer.get_chunk(mine, 1), 10)
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(1))
+        assert b"".join(bytes(p) for p in mine.data.read_parts(1)) == want
+
+
+def _chain(dataplane: str) -> list[Spec]:
+    """A publisher and five fetchers r1..r5 in one rack, with ``dataplane``."""
+    specs = [Spec("publisher", "dc0/rack0/publisher", voter=True, dataplane=dataplane)]
+    return specs + [
+        Spec(f"r{i}", f"dc0/rack0/r{i}", voter=i <= 2, dataplane=dataplane) for i in range(1, 6)
+    ]
+
+
 @pytest.mark.timeout(600)
 def test_a_link_killed_mid_chain_leaves_the_rest_whole(tmp_path: Path) -> None:
     """Hub processes fetch as a chain cutting through (the ``relay`` preset); a link is
     killed (kill -9) while chunks stream through it. What it was passing on fails at its
     downstream as a lost connection, the chain closes over the gap, and every other
     fetcher ends with the publisher's exact bytes."""
-    dataplane = "relay:cut_through=true"
-    specs = [Spec("publisher", "dc0/rack0/publisher", voter=True, dataplane=dataplane)]
-    specs += [
-        Spec(f"r{i}", f"dc0/rack0/r{i}", voter=i <= 2, dataplane=dataplane) for i in range(1, 6)
-    ]
+    specs = _chain("relay:cut_through=true")
     names = [s.name for s in specs[1:]]
     with HubProcs(specs, str(tmp_path)) as c:
         c.call(["publisher"], "publish", "policy", 1, SIZE, 1)
@@ -159,4 +189,28 @@ def test_a_link_killed_mid_chain_leaves_the_rest_whole(tmp_path: Path) -> None:
         print("failures by fetcher:", {n: d[2] for n, d in zip(rest, done, strict=True)})
         want = tensor_digests(llm_like_state_dict(SIZE, seed=1))
         for n, (digests,) in zip(rest, c.call(rest, "digests", "policy", 1), strict=True):
+            assert digests == want, n
+
+
+@pytest.mark.timeout(600)
+def test_a_link_that_begins_late_joins_the_tail_and_everyone_ends_whole(tmp_path: Path) -> None:
+    """Hub processes fetch as a chain cutting through; r3 begins its fetch only once r4
+    holds a dozen chunks (the chain went on without it: r4 relays from r2). r3 joins the
+    chain's tail, nobody relays from a link that far behind, and every fetcher, r3
+    included, ends with the publisher's exact bytes."""
+    specs = _chain("relay")
+    names = [s.name for s in specs[1:]]
+    with HubProcs(specs, str(tmp_path)) as c:
+        c.call(["publisher"], "publish", "policy", 1, SIZE, 1, 4 << 20)
+        c.call(names, "prepare", "policy", 1, None)
+        c.call([n for n in names if n != "r3"], "fetch", "policy", 1, None)
+        deadline = time.monotonic() + 120
+        while c.call(["r4"], "progress", "policy", 1)[0][0] < 12:
+            assert time.monotonic() < deadline, "r4 made no progress"
+            time.sleep(0.005)
+        c.call(["r3"], "fetch", "policy", 1, None)
+        done = c.call(names, "result", "policy", 1, tag="done")
+        print("failures by fetcher:", {n: d[2] for n, d in zip(names, done, strict=True)})
+        want = tensor_digests(llm_like_state_dict(SIZE, seed=1))
+        for n, (digests,) in zip(names, c.call(names, "digests", "policy", 1), strict=True):
             assert digests == want, n
