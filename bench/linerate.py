@@ -145,9 +145,10 @@ def _cpu_use(start: tuple[float, float], nbytes: int) -> dict[str, float]:
 class Case:
     """Where a chain breaks (#17): ``victim`` (a receiver's index, mid-chain) is
     ``killed`` ``kill_after`` seconds into the transfer, ``slow`` (half the NIC rate), or
-    ``late`` (it begins ``kill_after`` seconds after the others). Reported: the last
-    *healthy* receiver against one copy, and the victim's time against its own bound (a
-    slow one: two copies; a late one: one copy from its own start)."""
+    ``late`` (it begins ``kill_after`` seconds after the others); or, with no victim (0),
+    the publisher ``stops`` serving once one receiver holds the whole model. Reported:
+    the last *healthy* receiver against one copy, and the victim's time against its own
+    bound (a slow one: two copies; a late one: one copy from its own start)."""
 
     kind: str
     victim: int
@@ -334,6 +335,8 @@ def _tensorhub(
         c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
 
         def started() -> None:
+            if case is not None and case.kind == "stops":
+                _stop_after_first_copy(c, names)
             if case is not None and case.kind in ("killed", "late"):
                 assert victim is not None
                 time.sleep(case.kill_after)
@@ -380,6 +383,17 @@ def _tensorhub(
     return out
 
 
+def _stop_after_first_copy(c: HubProcs, names: list[str]) -> None:
+    """The publisher stops serving (withdraws its copy) as soon as one receiver holds the
+    whole model: a trainer that must get back to training."""
+    deadline = time.monotonic() + 600
+    while not any(done for (done,) in c.call(names, "complete", MODEL, 1)):
+        if time.monotonic() > deadline:
+            raise RuntimeError("no receiver completed a copy in 600 s")
+        time.sleep(0.005)
+    c.call(["publisher"], "drop", MODEL, 1)
+
+
 def _simulated(r: dict[str, Any]) -> str:
     """The simulator's prediction of the last healthy receiver, and its error."""
     if (sim := r.get("simulated_over_one_copy")) and "simulator_error" in r:
@@ -410,10 +424,11 @@ def main() -> None:
     ap.add_argument("--chunk", default="4MiB", help="tensorhub's chunk size")
     ap.add_argument(
         "--case",
-        choices=["healthy", "slow", "killed", "late"],
+        choices=["healthy", "slow", "killed", "late", "stops"],
         default="healthy",
         help="where chains break: a mid-chain receiver at half rate, killed halfway, "
-        "or beginning its fetch half a copy late",
+        "or beginning its fetch half a copy late; or the publisher stops serving once "
+        "one receiver holds the model",
     )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -424,7 +439,8 @@ def main() -> None:
     size, n = parse_size(args.size), args.receivers
     systems = args.systems.split(",")
     results: dict[str, dict[str, Any]] = {}
-    victim = n // 2 + 1  # mid-chain: half the receivers are downstream of it
+    # mid-chain: half the receivers are downstream of it (none when the publisher stops)
+    victim = 0 if args.case == "stops" else n // 2 + 1
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     with Fabric(n + 1, args.rate, rates=slow) as fabric:
         everyone = list(range(1, n + 1))
@@ -433,7 +449,7 @@ def main() -> None:
         case = None
         if args.case != "healthy":
             case = Case(args.case, victim, kill_after=one / 2)
-        if "star" in systems:
+        if "star" in systems and args.case != "stops":  # (a star cannot stop after one)
             results["star"] = _raw(fabric, everyone, chain=False, size=size, case=case)
         if "chain" in systems:
             results["chain"] = _raw(fabric, everyone, chain=True, size=size, case=case)
@@ -442,8 +458,8 @@ def main() -> None:
                 label = "tensorhub" if name == "node" else f"tensorhub ({name})"
                 chunk = parse_size(args.chunk)
                 results[label] = _tensorhub(fabric, n, size, name, chunk, case)
-                if case is not None and case.kind == "killed":
-                    continue  # (the simulator models no kill mid-transfer)
+                if case is not None and case.kind in ("killed", "stops"):
+                    continue  # (the simulator models no kill, nor a withdrawal, mid-transfer)
                 late = {victim: 0.5} if args.case == "late" else {}
                 each = [
                     predict_each(n, size, args.rate, chunk, preset(name), seed, slow, late)
@@ -468,6 +484,7 @@ def main() -> None:
         "slow": f"; r{victim} at half rate (last = last healthy receiver)",
         "killed": f"; r{victim} killed after {one / 2:.2f} s (last = last healthy receiver)",
         "late": f"; r{victim} begins {one / 2:.2f} s late (last = last healthy receiver)",
+        "stops": "; the publisher stops serving once a receiver holds the model",
     }[args.case]
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "

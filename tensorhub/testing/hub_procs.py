@@ -128,6 +128,16 @@ class _Worker:
         if cmd == "digests":
             model, version = args
             return ("ok", tensor_digests(self.buffers[(model, version)]))
+        if cmd == "complete":  # whether this node holds all of shard 0 of (model, version)
+            model, version = args
+            return (
+                "ok",
+                any(
+                    r.complete
+                    for r in hub.node.store
+                    if r.version == version and r.key in (model, f"{model}@0")
+                ),
+            )
         if cmd == "progress":  # chunks of shard 0 of (model, version) verified here
             model, version = args
             held = [
