@@ -803,6 +803,22 @@ def test_a_link_relaying_past_a_live_link_does_not_judge_its_own_lag() -> None:
     assert p._upstream() == "n5"  # (what is in flight to n4 stays there)
 
 
+def test_an_endgame_copy_taken_back_keeps_its_kind() -> None:
+    """Regression (review): requests taken back from a refusing upstream were rebuilt as
+    first copies, so the session never found an endgame copy among them to abandon, and
+    its reply, landing later, released the upstream's in-flight count a second time."""
+    p = relay_planner("n6", n=8, per_source=4)
+    p.set_source("n4", 1, range(8))
+    p.set_source("n5", 1, range(8))
+    first = p.next_requests()
+    assert {r.source for r in first} == {"n5"}
+    dup = p._request("n5", 7, duplicate=True)  # (as the endgame books a copy)
+    p.failed(first[0].chunk, "n5", Failure.REFUSED)  # n5 fell behind
+    back = p.taken_back()
+    assert dup in back and Request("n5", 7, False) not in back
+    assert len(back) == len(first) and p.sources["n5"].inflight == 0
+
+
 def test_relay_survives_the_death_of_a_member_it_took_for_a_link() -> None:
     """Regression (bench/linerate.py --case killed, relay preset): a member taken for a
     chain link, then declared dead, left a name behind that the chain looked up after

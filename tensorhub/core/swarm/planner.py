@@ -1036,8 +1036,9 @@ class ChunkPlanner:
         """Every request in flight to ``source`` back to the pool; the session abandons
         them (:meth:`taken_back`)."""
         for c, st in list(self._chunks.items()):
-            if st.requested.pop(source, None) is not None:
-                self._taken_back.append(Request(source, c, False))
+            duplicate = st.requested.pop(source, None)
+            if duplicate is not None:  # (an endgame copy is taken back as what it was)
+                self._taken_back.append(Request(source, c, duplicate))
                 self._release(source)
                 if not st.requested:
                     del self._chunks[c]
