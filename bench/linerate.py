@@ -460,7 +460,7 @@ def main() -> None:
                 results[label] = _tensorhub(fabric, n, size, name, chunk, case)
                 if case is not None and case.kind in ("killed", "stops"):
                     continue  # (the simulator models no kill, nor a withdrawal, mid-transfer)
-                late = {victim: 0.5} if args.case == "late" else {}
+                late = {victim: case.kill_after / one} if case and case.kind == "late" else {}
                 each = [
                     predict_each(n, size, args.rate, chunk, preset(name), seed, slow, late)
                     for seed in (1, 2, 3)

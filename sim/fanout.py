@@ -23,18 +23,6 @@ from .topology import Cluster, TopologySpec
 NODE_TICK = 0.01  # the node's planner tick, seconds
 
 
-def predict_fanout(
-    receivers: int,
-    size: int,
-    rate_mbit: float,
-    chunk: int,
-    dataplane: DataPlaneConfig,
-    seed: int = 1,
-) -> float:
-    """The last receiver's time over one copy's (size / rate), simulated."""
-    return max(predict_each(receivers, size, rate_mbit, chunk, dataplane, seed))
-
-
 def predict_each(
     receivers: int,
     size: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -666,29 +667,30 @@ def test_a_relay_link_that_stalled_once_is_not_lagging() -> None:
     """A busy host stalls a link for a while: it falls behind, then goes on at its
     upstream's pace, as far behind as it fell (measured, 1 GiB: a healthy link judged
     itself lagging at 86 % of the model). Lagging is falling behind, and going on so."""
-    p = _relay_n5()
-    have = 0
-    for step in range(120):
-        ahead = 5 + (3 * LAG_CHUNKS // 2 if step >= 30 else 0)  # the stall, at step 30
-        p.set_source("n4", 1, range(min(64, have + ahead)))
-        for r in p.next_requests():
-            p.received(r.chunk, r.source)
-            have += 1
-        p.tick()
-        assert not p.lagging, step
+    stall = 3 * LAG_CHUNKS // 2  # (more than LAG_CHUNKS: it crosses the bound)
+    _never_lagging(_relay_n5(n=256), 120, lambda step: 5 + (stall if step >= 30 else 0))
 
 
 def test_a_relay_link_keeping_pace_is_not_lagging() -> None:
     """Its upstream stays ahead by what is in flight to us: that is the pipeline."""
-    p = _relay_n5()
-    have = 0
-    for step in range(60):
-        p.set_source("n4", 1, range(min(64, have + 5)))
-        for r in p.next_requests():
+    _never_lagging(_relay_n5(n=256), 120, lambda step: 5)
+
+
+def _never_lagging(p: ChunkPlanner, steps: int, ahead: Callable[[int], int]) -> None:
+    """``p`` (n5) relays from n4 for ``steps`` ticks, a chunk landing per tick, n4
+    ``ahead(step)`` chunks ahead of what ``p`` holds; it never judges itself lagging, and
+    is still fetching at the end (the judgement ran all along)."""
+    have, inflight = 0, []
+    for step in range(steps):
+        p.set_source("n4", 1, range(min(p.num_chunks, have + ahead(step))))
+        inflight += p.next_requests()
+        if inflight:
+            r = inflight.pop(0)
             p.received(r.chunk, r.source)
             have += 1
         p.tick()
         assert not p.lagging, step
+    assert not p.done and have >= steps - 10
 
 
 def test_a_link_refusing_its_downstream_is_moved_to_the_tail_and_our_requests_come_back() -> None:

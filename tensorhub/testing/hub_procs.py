@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..dataplane.store import Replica
 from ..hub import Hub
 from ..io.loop import run
 from ..io.tcp import local_addresses
@@ -41,6 +42,11 @@ class Spec:
     netns: str | None = None  # run in this network namespace (see testing/netns.py)
     listen: str | None = None  # where to listen (default: loopback; voters on fixed ports)
     dataplane: str = "node"  # the data-plane preset (core/swarm/presets.py)
+
+
+def _shard0(hub: Hub, model: str, version: int) -> list[Replica]:
+    """This node's replicas of shard 0 of (model, version) (a whole model is its shard 0)."""
+    return [r for r in hub.node.store if r.version == version and r.key in (model, f"{model}@0")]
 
 
 class _Worker:
@@ -129,23 +135,9 @@ class _Worker:
             model, version = args
             return ("ok", tensor_digests(self.buffers[(model, version)]))
         if cmd == "complete":  # whether this node holds all of shard 0 of (model, version)
-            model, version = args
-            return (
-                "ok",
-                any(
-                    r.complete
-                    for r in hub.node.store
-                    if r.version == version and r.key in (model, f"{model}@0")
-                ),
-            )
+            return ("ok", any(r.complete for r in _shard0(hub, *args)))
         if cmd == "progress":  # chunks of shard 0 of (model, version) verified here
-            model, version = args
-            held = [
-                r.held
-                for r in hub.node.store
-                if r.version == version and r.key in (model, f"{model}@0")
-            ]
-            return ("ok", max(held, default=0))
+            return ("ok", max((r.held for r in _shard0(hub, *args)), default=0))
         if cmd == "corrupt":  # flip bits in what we hold: our replica no longer matches
             model, version = args
             for t in self.buffers[(model, version)].values():

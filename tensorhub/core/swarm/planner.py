@@ -536,14 +536,20 @@ class ChunkPlanner:
             else:
                 for c in src.chunks:
                     self._drop(name, c)
-        lost = []
+        return [r.chunk for r in self._forget_requests(name)]
+
+    def _forget_requests(self, source: str) -> list[Request]:
+        """Every request in flight to ``source`` off the books (each chunk no one else is
+        asked for goes back to the pool); returns them as they were (duplicate or not)."""
+        out = []
         for c, st in list(self._chunks.items()):
-            if st.requested.pop(name, None) is not None:
-                lost.append(c)
+            duplicate = st.requested.pop(source, None)
+            if duplicate is not None:
+                out.append(Request(source, c, duplicate))
                 if not st.requested:
                     del self._chunks[c]
                     self._return(c)
-        return lost
+        return out
 
     def set_dc_fetchers(self, names: Iterable[str], members: Iterable[str] = ()) -> None:
         """Live nodes of our datacenter fetching this version (us included), and its other
@@ -893,7 +899,7 @@ class ChunkPlanner:
         ask (dead, backed off) is skipped: its downstream relays from the one before it.
         A lagging link (``LAG_CHUNKS``) comes after every other: the chain's tail."""
         me = self.me
-        chain = {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
+        chain = self._links()
         if self._began is None or self.now < self._began + self.cfg.member_grace:
             chain.update(n for n in (*self.dc_fetchers, *self.dc_members) if n not in self.sources)
         else:  # members never heard of as holders since are not links any more
@@ -902,7 +908,7 @@ class ChunkPlanner:
             )
         key = self._chain_key
         mine = key(me)
-        held, behind = self.num_chunks - self._missing, max(LAG_CHUNKS, 2 * self.cfg.per_source)
+        held, behind = self.num_chunks - self._missing, self._lag
         if mine[0]:  # a laggard relays from the tail: never from another laggard (which
             # would refuse it what it lacks, and it would ask again), nor from a link
             # before the tail, though the tail is behind it: it would share that link's
@@ -942,6 +948,16 @@ class ChunkPlanner:
         ]
         return min(origins)[1] if origins else None
 
+    @property
+    def _lag(self) -> int:
+        """``LAG_CHUNKS``, and at least twice ``per_source`` (see there)."""
+        return max(LAG_CHUNKS, 2 * self.cfg.per_source)
+
+    def _links(self) -> set[str]:
+        """Sources that may be links of our datacenter's chain (not origins, not across a
+        WAN)."""
+        return {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
+
     def _chain_key(self, name: str) -> tuple[bool, str]:
         return name in self._lagging, name
 
@@ -951,9 +967,9 @@ class ChunkPlanner:
         ticks more (a stall on a busy host leaves a link as far behind as it fell, for
         good: the link and its upstream both go on at line rate; bench/linerate.py, 1 GiB:
         a healthy link judged itself lagging at 86 % of the model): we then relay from the
-        tail, whose uplink no one else uses, and our
-        serving side answers requests for chunks we lack "busy" rather than parking them
-        (:attr:`lagging`), which moves our downstream on to the link before us
+        tail, whose uplink no one else uses, and our serving side answers requests for
+        chunks we lack "busy" rather than parking them (:attr:`lagging`), which moves our
+        downstream on to the link before us
         (:meth:`failed`). Without that, the downstream's requests parked here waited for
         chunks that now reach us only through it.
 
@@ -976,14 +992,12 @@ class ChunkPlanner:
         since, is a link again once the view lists it (set_source)."""
         up = self._relay_up
         src = self.sources.get(up) if up is not None else None
-        if up is None or src is None or src.origin or up in self._lagging:
-            return
-        if self.me in self._lagging:
+        if up is None or src is None or src.origin or up in self._lagging or self.lagging:
             return
         if self._relay_skipped:  # (judged afresh, after a while, once it is not)
             self._relay_since, self._lag_least, self._lag_seen = self.now, None, None
             return
-        lag = max(LAG_CHUNKS, 2 * self.cfg.per_source)
+        lag = self._lag
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
         gap = (self.num_chunks if up in self._full else src.top + 1) - ours
         if gap < 0:  # it is behind us (for now): nothing to judge
@@ -1017,11 +1031,7 @@ class ChunkPlanner:
         we began late)? Then relaying from our upstream would share its uplink with that
         link, and the tail is where we belong (simulated, a receiver joining halfway: its
         downstream ran at half rate until the joiner judged itself lagging)."""
-        after = [
-            n
-            for n, s in self.sources.items()
-            if not s.origin and s.tier < WAN_TIER and n > self.me and n not in self._lagging
-        ]
+        after = [n for n in self._links() if n > self.me and n not in self._lagging]
         if not after:
             return False
         nxt = self.sources[min(after)]
@@ -1034,15 +1044,10 @@ class ChunkPlanner:
 
     def _take_back(self, source: str) -> None:
         """Every request in flight to ``source`` back to the pool; the session abandons
-        them (:meth:`taken_back`)."""
-        for c, st in list(self._chunks.items()):
-            duplicate = st.requested.pop(source, None)
-            if duplicate is not None:  # (an endgame copy is taken back as what it was)
-                self._taken_back.append(Request(source, c, duplicate))
-                self._release(source)
-                if not st.requested:
-                    del self._chunks[c]
-                    self._return(c)
+        them (:meth:`taken_back`), each as what it was (an endgame copy too)."""
+        for r in self._forget_requests(source):
+            self._taken_back.append(r)
+            self._release(source)
 
     def taken_back(self) -> list[Request]:
         """Requests the planner took back since the last call (see :meth:`_note_lag`): the
