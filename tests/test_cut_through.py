@@ -211,6 +211,7 @@ def test_a_link_that_begins_late_joins_the_tail_and_everyone_ends_whole(tmp_path
         c.call(["r3"], "fetch", "policy", 1, None)
         done = c.call(names, "result", "policy", 1, tag="done")
         print("failures by fetcher:", {n: d[2] for n, d in zip(names, done, strict=True)})
+        assert all(done for (done,) in c.call(names, "complete", "policy", 1))
         want = tensor_digests(llm_like_state_dict(SIZE, seed=1))
         for n, (digests,) in zip(names, c.call(names, "digests", "policy", 1), strict=True):
             assert digests == want, n
