@@ -343,3 +343,73 @@ async def test_a_closed_ucx_listener_is_kept_a_while_and_turns_endpoints_away() 
     finally:
         await b.close()
         await a.close()
+
+
+class _Payloads:
+    """A handler that keeps each payload that arrives (into memory the connection gives)."""
+
+    def __init__(self) -> None:
+        self.got: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def on_frame(self, conn: tcp.Connection, msg: Any, payload_len: int) -> None:
+        return None
+
+    def on_payload(self, conn: tcp.Connection, msg: Any, parts: Any) -> None:
+        self.got.put_nowait(b"".join(bytes(p) for p in parts))
+
+    def on_close(self, conn: tcp.Connection, exc: BaseException | None) -> None:
+        pass
+
+    def on_progress(self, conn: tcp.Connection, landed: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "first",
+    [tcp.RECV_LOW_WATER + 1000, 1000, 0],
+    ids=["pause-in-the-tail", "pause-early", "pause-before-payload"],
+)
+async def test_a_payload_that_pauses_anywhere_still_arrives(first: int) -> None:
+    """The receiver asks the kernel to wake it only once RECV_LOW_WATER bytes of a payload
+    can be read (SO_RCVLOWAT): it must never wait for bytes the sender does not send. A
+    payload that stops short of the low-water mark, early or in its last bytes, and a
+    frame whose payload comes only later, all arrive; so does the frame after it."""
+    from tensorhub.core.messages import ManifestData
+    from tensorhub.core.wire import encode_frame
+
+    size = tcp.RECV_LOW_WATER + 4000
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    sink = _Payloads()
+    server = await tcp.listen(
+        "127.0.0.1:0", node="r", secret=SECRET, handler_factory=lambda _c: sink
+    )
+    try:
+        conn = await tcp.connect(
+            server.address, node="s", secret=SECRET, handler_factory=lambda _c: _Payloads()
+        )
+        tr = conn._transport
+        assert tr is not None
+        head, _ = encode_frame(ManifestData(1, b"r"), [body], conn._sealer)
+        wire = head + body
+        cut = len(head) + first
+        tr.write(wire[:cut])
+        await asyncio.sleep(0.3)  # the sender pauses: nothing more comes for a while
+        assert sink.got.empty()
+        tr.write(wire[cut:])
+        assert await asyncio.wait_for(sink.got.get(), 10) == body
+        await conn.send(ManifestData(2, b"r"), [b"after"])  # the next frame, a small one
+        assert await asyncio.wait_for(sink.got.get(), 10) == b"after"
+        await conn.aclose()
+    finally:
+        await server.close()
+
+
+def test_flush_polls_pace_themselves_within_bounds() -> None:
+    least, most = tcp.FLUSH_POLL
+    assert tcp.flush_poll(4 << 20, (0.0, 0), 5.0, 100) == least  # no pace seen yet
+    # 1 Gbit/s seen (125 MB in 1 s): 4 MiB left takes 34 ms, waited for at most `most`
+    assert tcp.flush_poll(4 << 20, (1.0, 0), 2.0, 125_000_000) == most
+    # 3 GB/s (loopback): 1 MiB left takes 0.35 ms; never less than `least`
+    assert tcp.flush_poll(1 << 20, (1.0, 0), 1.001, 3_000_000) == least
+    # in between: three quarters of the time left at that pace
+    assert tcp.flush_poll(500_000, (1.0, 0), 1.01, 1_250_000) == pytest.approx(0.003)

@@ -138,9 +138,12 @@ class RaftNode:
                     event()
                 while self.core.has_ready():
                     rd = self.core.ready()
-                    await loop.run_in_executor(
-                        None, self.storage.save, rd.hard_state, rd.entries, rd.snapshot
-                    )
+                    if rd.hard_state is not None or rd.entries or rd.snapshot is not None:
+                        # (Off the loop: an fsync. A leader's heartbeats, a Ready every
+                        # tick with nothing to persist, skip the thread hop.)
+                        await loop.run_in_executor(
+                            None, self.storage.save, rd.hard_state, rd.entries, rd.snapshot
+                        )
                     self._handle(rd)
                     self.core.advance(rd)
                     self._maybe_snapshot()

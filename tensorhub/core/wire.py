@@ -233,8 +233,7 @@ class FrameReader:
         if self._state == _SINK_PENDING:
             return self._payload_len
         if self._state == _PAYLOAD:
-            rest = sum(len(p) for p in self._parts[self._part :]) - self._part_off
-            return rest - (self._end - self._start)
+            return max(0, self._payload_len - self.payload_landed - (self._end - self._start))
         return 0
 
     def buffer_updated(self, n: int) -> None:
