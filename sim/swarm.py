@@ -71,6 +71,7 @@ class SwarmConfig:
     # named departure from the node's (presets.DEPARTURES says why each one differs).
     reserve_after: float = SIMULATED.reserve_after
     seed_spare: bool = SIMULATED.seed_spare  # an origin with idle slots sends repeat copies
+    every_holder_seeds: bool = SIMULATED.every_holder_seeds  # fetched copies super-seed too
     slots: int = SIMULATED.upload_slots
     max_waiting: int = SIMULATED.max_waiting  # beyond this many waiting: "busy"
     near_waiting: int | None = SIMULATED.near_waiting  # for a rack-mate
@@ -98,6 +99,7 @@ _SHARED = {
     "uploads_per_peer": "uploads_per_peer",
     "reserve_after": "reserve_after",
     "seed_spare": "seed_spare",
+    "every_holder_seeds": "every_holder_seeds",
     "cut_through": "cut_through",
 }
 """SwarmConfig's settings that are the data plane's (ours → DataPlaneConfig's name): one
@@ -137,6 +139,12 @@ class _Node:
         for chunk in list(waiting):
             for answer in waiting.pop(chunk):
                 answer()
+
+    def seeds(self, cfg: SwarmConfig) -> None:
+        """As the node's PeerHandler with ``every_holder_seeds``: a holder that is not an
+        origin super-seeds too, from the first request it is asked."""
+        if self.seeder is None and cfg.every_holder_seeds:
+            self.seeder = SuperSeeder(cfg.chunks, cfg.reserve_after, origin=False)
 
     def receiving(self, chunk: int) -> bool:
         """Bytes of ``chunk`` are on their way here (a transfer holds a slot at a source).
@@ -358,6 +366,7 @@ class Swarm:
             self.e.later(back, lambda: self._failed(f, r, Outcome.LOST))
             return
         hosts = self.c.hosts
+        src.seeds(self.cfg)
 
         def seed() -> SeedDecision:
             assert src.seeder is not None

@@ -448,7 +448,8 @@ class Hub:
         self._kept.add((model, version, shard))
         replica = self.node.store.get(dp, version)
         self.gossip.advertise(
-            dp, version, replica.have, origin=replica.seeder is not None, borrowed=False
+            dp, version, replica.have, origin=replica.seeder is not None and replica.seeder.origin,
+            borrowed=False,
         )
 
     async def _must_keep(self, model: str, version: int, dp: str) -> bool:

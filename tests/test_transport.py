@@ -413,3 +413,54 @@ def test_flush_polls_pace_themselves_within_bounds() -> None:
     assert tcp.flush_poll(1 << 20, (1.0, 0), 1.001, 3_000_000) == least
     # in between: three quarters of the time left at that pace
     assert tcp.flush_poll(500_000, (1.0, 0), 1.01, 1_250_000) == pytest.approx(0.003)
+
+
+async def test_a_fetched_copy_super_seeds_when_every_holder_seeds() -> None:
+    """With ``every_holder_seeds``, a holder that is not the origin hands a chunk out once
+    while its one upload slot is busy, and redirects the next asker to the first: that
+    node passes it on. Without the setting, the second asker queues for the same slot."""
+    from tensorhub.core.errors import Refused
+    from tensorhub.core.swarm.presets import preset
+    from tensorhub.dataplane.store import Replica
+    from tensorhub.io.tensors import TensorBytes
+
+    seeding = preset("node:every_holder_seeds=true:upload_slots=1")
+    a = await Node.start("a", secret=SECRET, transport="tcp", dataplane=seeding)
+    b = await Node.start("b", secret=SECRET, transport="tcp")
+    c = await Node.start("c", secret=SECRET, transport="tcp")
+    try:
+        m = a.serve("m", 1, big_model(16), chunk_size=8 << 20)  # a holder, not an origin
+        assert a.store.get("m", 1).seeder is None
+
+        def replica() -> Replica:
+            return Replica("m", 1, m, TensorBytes.for_destination(m, empty_like_manifest(m)))
+
+        pb, pc = await b.peer(a.address), await c.peer(a.address)
+        pb.conn.pause_reading()  # b's upload stays in flight: a's only slot is busy
+        rb = replica()
+        first = asyncio.create_task(pb.get_chunk(rb, 0))
+        await asyncio.sleep(0.3)
+        with pytest.raises(Refused) as e:
+            await asyncio.wait_for(pc.get_chunk(replica(), 0), 10)
+        assert e.value.holders == ["b"]
+        seeder = a.store.get("m", 1).seeder
+        assert seeder is not None and not seeder.origin  # a fetched copy's: no WAN rule
+        pb.conn.resume_reading()
+        await asyncio.wait_for(first, 10)
+        assert rb.have[0]
+        await asyncio.wait_for(pc.get_chunk(replica(), 1), 10)  # a chunk not sent yet: served
+    finally:
+        for n in (a, b, c):
+            await n.close()
+
+
+def test_a_holder_that_is_not_the_origin_leaves_the_wan_to_the_owners() -> None:
+    """The origin redirects a remote asker to its own datacenter's fetchers while they
+    fetch; any other holder serves it its first copy (the planner's WAN owner asked)."""
+    from tensorhub.core.swarm import SuperSeeder
+
+    origin, holder = SuperSeeder(4, 1.0), SuperSeeder(4, 1.0, origin=False)
+    assert not origin.decide(0, "far", 0.0, remote=True, local_busy=True).serve
+    assert holder.decide(0, "far", 0.0, remote=True, local_busy=True).serve
+    holder.sent(0, "near", 0.0)  # a repeat copy, though: redirected as the origin's would be
+    assert holder.decide(0, "other", 0.5).holders == ("near",)

@@ -47,7 +47,7 @@ class TransferError(TensorHubError):
 
 
 class Refused(TransferError):
-    """A super-seeding origin would not send this chunk again yet: ``holders`` got it."""
+    """A super-seeding holder would not send this chunk again yet: ``holders`` got it."""
 
     def __init__(self, peer: str | None, chunk: int, holders: list[str]) -> None:
         super().__init__(f"{peer}: chunk {chunk} already sent to {holders}")

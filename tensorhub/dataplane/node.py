@@ -158,6 +158,9 @@ class Node:
             lambda: self.shaper,
             cut_through=self.dataplane.cut_through,
             address=lambda: self.address,
+            spread_after=(
+                self.dataplane.reserve_after if self.dataplane.every_holder_seeds else None
+            ),
         )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))

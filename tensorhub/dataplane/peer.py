@@ -39,7 +39,7 @@ from ..core.messages import (
     Redirect,
 )
 from ..core.naming import ShardKey
-from ..core.swarm import SeedDecision
+from ..core.swarm import SeedDecision, SuperSeeder
 from ..core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
 from ..io.shaping import WanShaper
 from ..io.tcp import Connection
@@ -121,9 +121,13 @@ class PeerHandler:
         shaper: Callable[[], WanShaper | None] | None = None,
         cut_through: bool = False,
         address: Callable[[], str] | None = None,
+        spread_after: float | None = None,
     ) -> None:
         self.conn = conn
         self.cut_through = cut_through  # serve a chunk while it lands (presets: cut_through)
+        self.spread_after = spread_after
+        """Fetched copies super-seed too, with this ``reserve_after`` (None: only origins;
+        presets: every_holder_seeds)."""
         self._address = address  # ours, as our Have messages name us
         self.store = store
         self._control = control or {}
@@ -320,6 +324,9 @@ class PeerHandler:
     def _answer_chunk(self, msg: GetChunk, replica: Replica) -> None:
         """Answer a request for a chunk of a version held here, as the serve core says."""
         peer = self.conn.peer or "?"
+        if replica.seeder is None and self.spread_after is not None:
+            n = replica.manifest.num_chunks
+            replica.seeder = SuperSeeder(n, self.spread_after, origin=False)
         seeder = replica.seeder
         now = asyncio.get_running_loop().time()
 

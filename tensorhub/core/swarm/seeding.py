@@ -20,6 +20,12 @@ once (when the caller can tell, from its membership view), and one refused for
 big version over a slow link takes a while to pass on) is served again. Time is an input
 (any monotonic clock in the caller's unit), so the simulator and the real driver run this
 same code.
+
+Any other holder may run the same rule (``origin=False``; DataPlaneConfig's
+``every_holder_seeds``): the first node to hold a chunk would otherwise serve it to nearly
+every other, which all ask it at once (rarest first). A holder that is not the origin
+leaves the WAN to the planner's owners (it redirects no remote asker) and always sends a
+repeat copy while it has an idle upload slot.
 """
 
 from __future__ import annotations
@@ -42,8 +48,11 @@ SERVE = SeedDecision(True)
 
 
 class SuperSeeder:
-    def __init__(self, num_chunks: int, reserve_after: float, serve_spare: bool = True) -> None:
+    def __init__(
+        self, num_chunks: int, reserve_after: float, serve_spare: bool = True, origin: bool = True
+    ) -> None:
         self.num_chunks = num_chunks
+        self.origin = origin  # else a fetched copy's holder (see the module docstring)
         self.reserve_after = reserve_after
         # Off where the origin's NIC carries other traffic (a trainer's collectives): then
         # it sends each chunk once, however idle its uplink looks from here.
@@ -74,6 +83,8 @@ class SuperSeeder:
         got = self.recipients.get(chunk, [])
         if peer in got:
             return SERVE  # a retry: the copy we sent was lost or corrupted on the way
+        if not self.origin:
+            remote = local_busy = False  # (crossing the WAN is the owners' turn to decide)
         if spare and got and not remote and self.serve_spare:
             return SERVE
         # Remote while our datacenter fetches: its fetchers carry the chunk across the WAN.
