@@ -448,7 +448,10 @@ class Hub:
         self._kept.add((model, version, shard))
         replica = self.node.store.get(dp, version)
         self.gossip.advertise(
-            dp, version, replica.have, origin=replica.seeder is not None and replica.seeder.origin,
+            dp,
+            version,
+            replica.have,
+            origin=replica.seeder is not None and replica.seeder.origin,
             borrowed=False,
         )
 
