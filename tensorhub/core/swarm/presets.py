@@ -38,16 +38,15 @@ class DataPlaneConfig:
     seed_spare: bool = True
     """Super-seeding: an origin with idle upload slots also sends repeat copies."""
     every_holder_seeds: bool = False
-    """Every holder super-seeds, not only the origin: while its upload slots are all busy,
-    a chunk it already sent to a live node of the asker's datacenter goes out again only
-    after ``reserve_after`` x STUCK_FACTOR; the asker is redirected to that node (with
-    an idle slot it serves at once). Without it, the first node to hold a chunk serves it
-    to nearly every other: they all ask it at once, rarest first (a receiver at half rate
-    uploaded 59-66 of the 64 chunks of a 256 MiB model, at half rate: sim/fanout, seed 1).
-    Off by default: simulated, it takes the NIC-limited fan-out of 8 from 1.72x one copy
-    to 1.35x at 256 MiB, but the paper's standalone step from 7.58x its bound to 7.89x
-    (worst rollout 8.79x to 10.67x), and measured on namespaces see docs/results.md
-    (session 15). ``node:every_holder_seeds=true`` runs it."""
+    """Every holder super-seeds, not only the origin: while its upload slots are all busy
+    and a chunk is new here (``reserve_after`` from its first send), a request for it is
+    redirected to the node it went to (SuperSeeder(origin=False)). Without it, the first
+    node to hold a chunk serves it to nearly every other: they all ask it at once, rarest
+    first (a receiver at half rate uploaded 59-66 of the 64 chunks of a 256 MiB model, at
+    half rate: sim/fanout, seed 1). Off by default: simulated, it takes the NIC-limited
+    fan-out of 8 from 1.72x one copy to 1.35x at 256 MiB and the standalone step's trainer
+    stall from 7.0 to 5.8 s, but the cross-DC step's from 9.5 to 17.8 s (docs/results.md,
+    session 15, with the measured fan-out). ``node:every_holder_seeds=true`` runs it."""
     cut_through: bool = False
     """Serve a chunk while its bytes land here, not once it is verified (the asker
     verifies it against the manifest either way): each hop of a relay then trails its
