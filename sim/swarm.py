@@ -39,6 +39,7 @@ from tensorhub.core.swarm import (
     SeedDecision,
     SuperSeeder,
     UploadSlots,
+    holder_seeder,
 )
 from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
 from tensorhub.core.swarm.serve import Verdict, seed_context, serve_decision
@@ -140,12 +141,6 @@ class _Node:
             for answer in waiting.pop(chunk):
                 answer()
 
-    def seeds(self, cfg: SwarmConfig) -> None:
-        """As the node's PeerHandler with ``every_holder_seeds``: a holder that is not an
-        origin super-seeds too, from the first request it is asked."""
-        if self.seeder is None and cfg.every_holder_seeds:
-            self.seeder = SuperSeeder(cfg.chunks, cfg.reserve_after, origin=False)
-
     def receiving(self, chunk: int) -> bool:
         """Bytes of ``chunk`` are on their way here (a transfer holds a slot at a source).
         Not: a request still in the air or queued, or one whose bytes all arrived and wait
@@ -199,6 +194,7 @@ class Swarm:
         origin_chunks: dict[str, Sequence[int]] | None = None,
     ) -> None:
         self.e, self.net, self.c, self.cfg = engine, net, cluster, cfg
+        self._spread_after = cfg.dataplane().spread_after  # (as the node's PeerHandler)
         self.chunk_bytes = size / cfg.chunks
         nic = cluster.spec.nic_gbytes * 1e9 * cluster.spec.efficiency
         # Timers scale with the chunk: the real planner ticks every 10 ms for 4 MiB chunks
@@ -366,7 +362,7 @@ class Swarm:
             self.e.later(back, lambda: self._failed(f, r, Outcome.LOST))
             return
         hosts = self.c.hosts
-        src.seeds(self.cfg)
+        src.seeder = holder_seeder(src.seeder, self.cfg.chunks, self._spread_after)
 
         def seed() -> SeedDecision:
             assert src.seeder is not None

@@ -424,7 +424,8 @@ async def test_a_fetched_copy_super_seeds_when_every_holder_seeds() -> None:
     from tensorhub.dataplane.store import Replica
     from tensorhub.io.tensors import TensorBytes
 
-    seeding = preset("node:every_holder_seeds=true:upload_slots=1")
+    # (a long window: a loaded machine may take seconds between the two requests)
+    seeding = preset("node:every_holder_seeds=true:upload_slots=1:reserve_after=60")
     a = await Node.start("a", secret=SECRET, transport="tcp", dataplane=seeding)
     b = await Node.start("b", secret=SECRET, transport="tcp")
     c = await Node.start("c", secret=SECRET, transport="tcp")

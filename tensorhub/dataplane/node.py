@@ -158,9 +158,7 @@ class Node:
             lambda: self.shaper,
             cut_through=self.dataplane.cut_through,
             address=lambda: self.address,
-            spread_after=(
-                self.dataplane.reserve_after if self.dataplane.every_holder_seeds else None
-            ),
+            spread_after=self.dataplane.spread_after,
         )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))

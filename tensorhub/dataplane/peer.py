@@ -39,7 +39,7 @@ from ..core.messages import (
     Redirect,
 )
 from ..core.naming import ShardKey
-from ..core.swarm import SeedDecision, SuperSeeder
+from ..core.swarm import SeedDecision, holder_seeder
 from ..core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
 from ..io.shaping import WanShaper
 from ..io.tcp import Connection
@@ -324,10 +324,9 @@ class PeerHandler:
     def _answer_chunk(self, msg: GetChunk, replica: Replica) -> None:
         """Answer a request for a chunk of a version held here, as the serve core says."""
         peer = self.conn.peer or "?"
-        if replica.seeder is None and self.spread_after is not None:
-            n = replica.manifest.num_chunks
-            replica.seeder = SuperSeeder(n, self.spread_after, origin=False)
-        seeder = replica.seeder
+        seeder = replica.seeder = holder_seeder(
+            replica.seeder, replica.manifest.num_chunks, self.spread_after
+        )
         now = asyncio.get_running_loop().time()
 
         def seed() -> SeedDecision:

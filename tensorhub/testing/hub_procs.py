@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..core.naming import split_key
 from ..dataplane.store import Replica
 from ..hub import Hub
 from ..io.loop import run
@@ -46,7 +47,7 @@ class Spec:
 
 def _shard0(hub: Hub, model: str, version: int) -> list[Replica]:
     """This node's replicas of shard 0 of (model, version) (a whole model is its shard 0)."""
-    return [r for r in hub.node.store if r.version == version and r.key in (model, f"{model}@0")]
+    return [r for r in hub.node.store if r.version == version and split_key(r.key) == (model, 0)]
 
 
 class _Worker:

@@ -10,7 +10,7 @@ from .planner import (
     SourceInfo,
     wan_owner,
 )
-from .seeding import SeedDecision, SuperSeeder
+from .seeding import SeedDecision, SuperSeeder, holder_seeder
 from .slots import UploadSlots
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "SeedDecision",
     "SourceInfo",
     "SuperSeeder",
+    "holder_seeder",
     "UploadSlots",
     "wan_owner",
 ]

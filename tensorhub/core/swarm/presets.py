@@ -52,6 +52,12 @@ class DataPlaneConfig:
     verifies it against the manifest either way): each hop of a relay then trails its
     upstream by a piece instead of a whole chunk (see serve.serve_decision)."""
 
+    @property
+    def spread_after(self) -> float | None:
+        """A fetched copy's super-seeding ``reserve_after`` (None: only origins seed; see
+        ``every_holder_seeds`` and seeding.holder_seeder)."""
+        return self.reserve_after if self.every_holder_seeds else None
+
 
 NODE = DataPlaneConfig()
 """A real node's settings (4 MiB chunks, a planner tick of 10 ms)."""

@@ -138,3 +138,15 @@ class SuperSeeder:
         self._first_sent.setdefault(chunk, now)
         self._refused_since.pop(chunk, None)
         self.served[chunk] += 1
+
+
+def holder_seeder(
+    seeder: SuperSeeder | None, num_chunks: int, spread_after: float | None
+) -> SuperSeeder | None:
+    """The seeder a holder answers a request with: its own (an origin's, or one made
+    earlier); else, with ``spread_after`` (``reserve_after`` where DataPlaneConfig's
+    ``every_holder_seeds`` is on), a fetched copy's, made on its first request; else none.
+    The node's PeerHandler and the simulator both ask here."""
+    if seeder is None and spread_after is not None:
+        return SuperSeeder(num_chunks, spread_after, origin=False)
+    return seeder
