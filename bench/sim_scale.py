@@ -14,12 +14,19 @@ plane (``tcp``, the default as built: 7x longer transfers, so 8x more flows at o
     python bench/sim_scale.py                      # 1,024 all; 4,096 TensorHub; 10,240 TensorHub
     python bench/sim_scale.py --runs 1:all,4:all   # the 4,096-GPU run with every baseline
     python bench/sim_scale.py --dataplane gpudirect
+    python bench/sim_scale.py --native             # compiled with mypyc (sim/native.py)
+
+``--native`` runs the network, event loop and planner compiled by mypyc from the same
+source. Before timing anything it runs a small standalone and cross-DC scenario both
+ways and stops unless their trace hashes are equal: a compiled figure is a figure of
+the same simulation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine, print_table, write_json
+from sim.native import ENV, MODULES, build
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,12 +64,45 @@ print(json.dumps(out))
 """
 
 
-def run_one(factor: int, what: str, plane: str, timeout: float) -> dict[str, Any]:
+_SAME = """
+import json
+from sim.scenario import load
+from sim.workloads import run
+out = {}
+for kind in ("standalone", "crossdc"):
+    sc = load(f"sim/scenarios/{kind}.yaml").replace(strong_baselines=False, rollout_hosts=48)
+    out[kind] = run(sc).trace_hash
+print(json.dumps(out))
+"""
+
+
+def _env(native: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    return {**env, ENV: "1"} if native else env
+
+
+def same_runs() -> dict[str, str]:
+    """The trace hashes of two small runs, equal compiled and from source (or exit)."""
+    hashes = []
+    for native in (True, False):
+        p = subprocess.run([sys.executable, "-c", _SAME], cwd=ROOT, env=_env(native),
+                           capture_output=True, text=True, check=True)  # fmt: skip
+        hashes.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    if hashes[0] != hashes[1]:
+        sys.exit(f"compiled and source runs differ: {hashes[0]} against {hashes[1]}")
+    out: dict[str, str] = hashes[0]
+    return out
+
+
+def run_one(
+    factor: int, what: str, plane: str, timeout: float, native: bool = False
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         p = subprocess.run(
             [sys.executable, "-c", _CHILD, str(factor), what, plane],
-            cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=True,
+            cwd=ROOT, env=_env(native), capture_output=True, text=True, timeout=timeout,
+            check=True,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return {"wall_s": None, "timed_out_after_s": timeout}
@@ -75,16 +116,22 @@ def main() -> int:
     ap.add_argument("--runs", default="1:all,4:th,10:th", help="FACTOR:all|th, comma-separated")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take")
     ap.add_argument("--dataplane", choices=("tcp", "gpudirect"), default="tcp")
+    ap.add_argument("--native", action="store_true", help="compiled with mypyc (sim/native.py)")
     ap.add_argument("--json")
     a = ap.parse_args()
     rows, results = [], []
+    checked = None
+    if a.native:
+        build(MODULES)  # (once, before any timing: about 100 s)
+        checked = same_runs()
+        print(f"compiled and source runs give the same trace hashes: {checked}")
     for item in a.runs.split(","):
         k, what = item.split(":")
         factor = int(k)
-        r = run_one(factor, what, a.dataplane, a.timeout)
+        r = run_one(factor, what, a.dataplane, a.timeout, a.native)
         target = TARGET_S.get((factor, what))
         r.update(factor=factor, gpus=1024 * factor, what=what, target_s=target,
-                 dataplane=a.dataplane)  # fmt: skip
+                 dataplane=a.dataplane, native=a.native)  # fmt: skip
         results.append(r)
         wall = r["wall_s"]
         rows.append([
@@ -96,11 +143,12 @@ def main() -> int:
             f"{r['mean_over_bound']:.2f} / {r['worst_over_bound']:.2f}" if wall else "-",
         ])  # fmt: skip
     print_table(
-        f"simulator scale (standalone workload, {a.dataplane} data plane)",
+        f"simulator scale (standalone workload, {a.dataplane} data plane"
+        + (", compiled)" if a.native else ")"),
         ["GPUs", "runs", "wall s", "target s", "wall / target", "TH events / s", "TH mean / worst"],
         rows,
     )
-    write_json(a.json, {"machine": machine(), "results": results})
+    write_json(a.json, {"machine": machine(), "native_same_hashes": checked, "results": results})
     return 0
 
 

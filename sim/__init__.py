@@ -7,3 +7,10 @@ super-seeder and upload slots on a flow-level max-min network (``swarm.py``,
 ``network.py``); each publish's commit and gossip run on the real Raft and gossip cores
 (``control.py``). See ``docs/architecture.md`` for the model and its assumptions.
 """
+
+import os as _os
+
+if _os.environ.get("TENSORHUB_SIM_NATIVE", "") not in ("", "0"):
+    from . import native as _native
+
+    _native.enable()  # the compiled network, engine and planner (sim/native.py), first

@@ -88,7 +88,7 @@ class Scenario:
     # flows per change on average). At 1,024 GPUs, 4 gives the exact run's figures, at
     # 2,048 within 0.01 % (docs/results.md); the baselines' runs, with few flows, are
     # always exact.
-    solve_depth: int | None = 4
+    solve_depth: int | None = 3
     seed: int = 1
 
     def __post_init__(self) -> None:

@@ -53,7 +53,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import chain
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import xxhash
 
@@ -141,14 +141,15 @@ class PlannerConfig:
 
 
 class Failure:
-    """Why a request failed: the planner's reaction differs."""
+    """Why a request failed: the planner's reaction differs. (``Final``: read through the
+    class, which mypyc's compiled planner requires, ``sim/native.py``.)"""
 
-    ERROR = "error"  # timed out, connection trouble: back off the source
-    CORRUPT = "corrupt"  # wrong digest: a strike against the source
-    MISSING = "missing"  # the source lacks the chunk (yet): try it again later
-    REFUSED = "refused"  # busy, or an origin that already sent it: ask others first
-    GONE = "gone"  # the source does not hold the version at all: a stale hint
-    TIMEOUT = "timeout"  # a request sat unanswered: the source hangs; leave it alone a while
+    ERROR: Final = "error"  # timed out, connection trouble: back off the source
+    CORRUPT: Final = "corrupt"  # wrong digest: a strike against the source
+    MISSING: Final = "missing"  # the source lacks the chunk (yet): try it again later
+    REFUSED: Final = "refused"  # busy, or an origin that already sent it: ask others first
+    GONE: Final = "gone"  # the source does not hold the version at all: a stale hint
+    TIMEOUT: Final = "timeout"  # a request sat unanswered: the source hangs; leave it alone a while
 
 
 @dataclass
@@ -252,6 +253,7 @@ class ChunkPlanner:
         self._owners: dict[int, list[str]] = {}  # chunk -> its WAN owner order
         self._began: int | None = None  # the tick of the first next_requests call
         self._rack: list[str] | None = None  # our rack's fetchers (None: to be derived)
+        self._rack_stale = False  # the fetchers changed since (:meth:`_refresh_rack`)
         self._near: list[str] | None = None  # our sources in our rack (None: to be derived)
         self._listed = -1  # the tick of the last seen_all_but: every source then but ...
         self._unlisted: frozenset[str] = frozenset()  # ... these was seen (see _seen)
@@ -412,6 +414,8 @@ class ChunkPlanner:
             self._bucket(c)
 
     def _sleep(self, c: int, until: int) -> None:
+        if self._rack_stale and self._rack is not None and c in self._rack_waiting:
+            self._refresh_rack()  # (wakes nothing: no chunk sleeps on a rack owner yet)
         self._effects += 1
         self._unbucket(c)
         self._asleep[c] = until
@@ -568,15 +572,31 @@ class ChunkPlanner:
             fetchers = view.fetchers
         if fetchers != self.dc_fetchers or view.others != self.dc_members:
             self._changes += 1
+            self._rack_stale = True
             self.dc_fetchers, self.dc_members = fetchers, view.others
             woke = self._reorder()
-            mates = self._rack_mates()
-            if mates != self._rack:  # (or not known yet)
-                self._rack = mates
-                self._rack_owners.clear()
-                woke |= self._wake(self._rack_waiting)
+            if any(c in self._asleep for c in self._rack_waiting):
+                woke |= self._refresh_rack()
             return woke
         return False
+
+    def _refresh_rack(self) -> bool:
+        """Our rack-mates among the fetchers, derived again after the fetchers changed;
+        whether chunks that slept on a rack owner's turn woke (they look again).
+
+        Derived when a chunk sleeps on its rack owner's turn (so a change wakes it) or
+        when it is next needed, not at every change: the simulator tells every fetcher of a
+        datacenter at each start and end of a fetch, and deriving it there for each was a
+        quarter of that cost in a 10,240-GPU run. The same mates, orders and wakes either
+        way: while no chunk sleeps on a rack owner, a change wakes nothing, and a chunk
+        that waits on one derives them before it sleeps (:meth:`_sleep`)."""
+        self._rack_stale = False
+        mates = self._rack_mates()
+        if mates == self._rack:
+            return False
+        self._rack = mates
+        self._rack_owners.clear()
+        return self._wake(self._rack_waiting)
 
     def _reorder(self) -> bool:
         """The candidate WAN owners changed: owner orders are computed again, and chunks
@@ -795,21 +815,21 @@ class ChunkPlanner:
                 continue
             if not self._may_go(c, best) or src is None:
                 continue  # not our turn to bring it here, or its nearest holders are busy
-            out.append(self._request(src, c, duplicate=False))
+            out.append(self._request(src, c, duplicate=False))  # (full: out of ``free``)
             patience = SCAN_PATIENCE + 2 * budget
-            if self.sources[src].inflight >= self.cfg.per_source:
-                free.discard(src)
-                patience = 0 if self._nearest_all_busy(rank_of, free) else patience
+            if src not in free and self._nearest_all_busy(rank_of, free):
+                patience = 0
             if best >= 2 * WAN_TIER:
                 self.wan_requests += 1
         return out
 
-    def _usable_ranks(self) -> tuple[dict[str, int], set[str]]:
-        """The usable sources' ranks (not to be changed), and a set of those with room for
-        a request (the caller's to change). Every planning call needs them (three passes
-        over the sources per call were a sixth of a 4,096-GPU simulation), so they are
-        kept: rebuilt only when the sources changed or a back-off ended, the room kept
-        current by :meth:`_in_flight`."""
+    def _usable_ranks(self) -> tuple[dict[str, int], AbstractSet[str]]:
+        """The usable sources' ranks, and those with room for a request; both only to be
+        read. Every planning call needs them (three passes over the sources per call were
+        a sixth of a 4,096-GPU simulation), so they are kept: rebuilt only when the
+        sources changed or a back-off ended, the room kept current by :meth:`_in_flight`
+        (so a request that fills its source takes it out at once; a copy per call for the
+        caller to do so was 3 % of a 10,240-GPU simulation)."""
         if self._kept is None or self.now >= self._kept_until:
             now, per_source = self.now, self.cfg.per_source
             ranks: dict[str, int] = {}
@@ -825,7 +845,7 @@ class ChunkPlanner:
                 if s.inflight < per_source:
                     room.add(n)
             self._kept, self._room, self._kept_until = ranks, room, until
-        return self._kept, set(self._room)
+        return self._kept, self._room
 
     def _in_flight(self, name: str, src: SourceInfo, delta: int) -> None:
         """``delta`` more requests in flight to ``src``; its room in the kept usable set."""
@@ -836,7 +856,7 @@ class ChunkPlanner:
             else:
                 self._room.discard(name)
 
-    def _nearest_all_busy(self, rank_of: dict[str, int], free: set[str]) -> bool:
+    def _nearest_all_busy(self, rank_of: dict[str, int], free: AbstractSet[str]) -> bool:
         """Whether no chunk can be asked of anyone now, decided without a scan: every
         chunk's nearest holders include the full holders of the best rank, and those are
         all busy, and no partial holder ranks as near (nor has a chunk blocked that might
@@ -1086,9 +1106,7 @@ class ChunkPlanner:
             best, src = self._nearest(c, rank_of, free)
             if best == _NONE or src is None:
                 continue
-            out.append(self._request(src, c, duplicate=False))
-            if self.sources[src].inflight >= self.cfg.per_source:
-                free.discard(src)
+            out.append(self._request(src, c, duplicate=False))  # (full: out of ``free``)
         return out
 
     def _relay_requests(self, up: str, budget: int) -> tuple[list[Request], list[int]]:
@@ -1175,25 +1193,27 @@ class ChunkPlanner:
         if self._relay_misses[chunk] >= RELAY_PATIENCE and stalled:
             self._relay_holes.add(chunk)
 
-    def _nearest(self, c: int, rank_of: dict[str, int], free: set[str]) -> tuple[int, str | None]:
+    def _nearest(
+        self, c: int, rank_of: dict[str, int], free: AbstractSet[str]
+    ) -> tuple[int, str | None]:
         """One pass over ``c``'s holders: the best rank, and the least-loaded free source at
         that rank (a chunk is only ever asked of its nearest holders); (_NONE, None) if no
         holder may be asked."""
         # (Locals, and the source's load kept beside it: a pass per candidate chunk over
         # its holders, 4.8 M of them in a 10,240-GPU simulation.)
-        best, src, load = _NONE, None, 0
+        best, src, load = _NONE, "", 0
         blocked, sources, rank = self._blocked, self.sources, rank_of.get
         for n in self._holders_of(c):
             r = rank(n)
             if r is None or r > best or (blocked and (n, c) in blocked):
                 continue
             if r < best:
-                best, src = r, None
+                best, src = r, ""
             if n in free:
                 inflight = sources[n].inflight
-                if src is None or (inflight, n) < (load, src):
+                if not src or inflight < load or (inflight == load and n < src):
                     src, load = n, inflight
-        return best, src
+        return best, src or None
 
     def _may_go(self, c: int, best: int) -> bool:
         """Whether ``c`` may be fetched from rank ``best`` now: across the WAN or into our
@@ -1228,8 +1248,11 @@ class ChunkPlanner:
     def _may_enter_rack(self, chunk: int) -> bool:
         """May we fetch ``chunk`` from outside our rack now? Only its rack owner may, first."""
         if self._rack is None:
+            self._rack_stale = False
             self._rack = self._rack_mates()
             self._rack_owners.clear()
+        elif self._rack_stale:
+            self._refresh_rack()  # (wakes nothing: no chunk sleeps on a rack owner)
         if len(self._rack) < 2:
             return True  # no rack-mate fetches this version: nobody to share with
         order = self._rack_owners.get(chunk)
@@ -1316,7 +1339,9 @@ class ChunkPlanner:
         self._picked += 1
         return Request(source, chunk, duplicate)
 
-    def _endgame(self, rank_of: dict[str, int], free: set[str], budget: int) -> list[Request]:
+    def _endgame(
+        self, rank_of: dict[str, int], free: AbstractSet[str], budget: int
+    ) -> list[Request]:
         out: list[Request] = []
         for c in sorted(self._chunks, key=self._rank.__getitem__):
             if len(out) >= budget or not free:
@@ -1336,7 +1361,5 @@ class ChunkPlanner:
                 continue  # a duplicate never crosses the WAN: that is the traffic we save
             src = self._least_loaded([n for n in cands if rank_of[n] == best and n in free])
             if src is not None:
-                out.append(self._request(src, c, duplicate=True))
-                if self.sources[src].inflight >= self.cfg.per_source:
-                    free.discard(src)
+                out.append(self._request(src, c, duplicate=True))  # (full: out of ``free``)
         return out
