@@ -174,3 +174,31 @@ def test_every_holder_seeding_spreads_first_copies_in_the_fanout() -> None:
         off = max(predict_each(8, 256 << 20, 1000.0, 4 << 20, preset("node"), seed=seed))
         print(f"seed {seed}: every holder seeds {on:.3f}x one copy, origin only {off:.3f}x")
         assert on < 1.45 < off, seed
+
+
+def test_news_of_a_peers_chunk_is_planned_at_the_followers_next_tick() -> None:
+    """As the node's fetch loop: a peer's Have goes into the session when it comes, and
+    the fetcher plans with it at its next tick (or at a completion before it), once for
+    all the news of that tick."""
+    e = Engine()
+    net = Network(e)
+    c = Cluster.build(TopologySpec(dcs=1, racks_per_dc=2, hosts_per_rack=4))
+    hosts = sorted(c.hosts)
+    s = Swarm(e, net, c, 8 * GB, [hosts[0]], hosts[1:], CFG, seed=1)
+    planned: list[tuple[float, list[str]]] = []
+    plan = s._plan_news
+
+    def recording() -> None:
+        planned.append((e.now, list(s._with_news)))
+        plan()
+
+    s._plan_news = recording  # type: ignore[method-assign]
+    s.start()
+    e.run(until=600)
+    assert s.done
+    assert planned, "no fetcher heard a peer's news"
+    for at, batch in planned:
+        ticks = at / s.tick
+        assert ticks == pytest.approx(round(ticks), abs=1e-6), at  # on a tick
+        assert len(batch) == len(set(batch)), batch  # each fetcher once per tick
+    assert any(len(batch) > 1 for _, batch in planned)  # one event plans several

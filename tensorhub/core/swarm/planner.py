@@ -139,6 +139,12 @@ class PlannerConfig:
     was 2.58x its lower bound instead of 1.38x). Long enough for gossip to show who
     fetches: in the node a tick is 10 ms, so 1 s."""
 
+    def __reduce__(self) -> tuple[type[PlannerConfig], tuple[int | bool, ...]]:
+        """Rebuilt from its fields. The simulator's process pool sends scenarios, which
+        hold one, to its workers; compiled by mypyc (``sim/native.py``) a frozen dataclass
+        has no ``__dict__`` to restore and refuses to be set field by field."""
+        return (PlannerConfig, tuple(getattr(self, f) for f in self.__dataclass_fields__))
+
 
 class Failure:
     """Why a request failed: the planner's reaction differs. (``Final``: read through the
