@@ -552,6 +552,18 @@ def test_relay_asks_within_its_upstreams_run_of_chunks_not_past_its_highest() ->
 def test_relay_always_completes_while_a_holder_lives(seed: int, n: int) -> None:
     """Random failures, and an upstream that may never get what we ask it for: a relay
     finishes as long as someone holds every chunk, within its limits."""
+    _relay_completes(seed, n)
+
+
+def test_relay_completes_when_its_empty_upstream_says_not_yet_a_tick_apart() -> None:
+    """Seed 319, 2 chunks (found by the test above): the upstream holds nothing; its two
+    "not yet" blocks expired a tick apart, so each tick one chunk could be asked of it
+    again and the relay never waited long enough to let the swarm fill in: stuck for
+    3,000 ticks with both chunks on the origin."""
+    _relay_completes(319, 2)
+
+
+def _relay_completes(seed: int, n: int) -> None:
     rng = random.Random(seed)
     p = ChunkPlanner("n5", n, random.Random(seed), PlannerConfig(relay=True, total=8, per_source=3))
     p.set_source("n0", 1, range(n), origin=True)
