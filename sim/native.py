@@ -1,18 +1,22 @@
-"""The simulator's flow network and event loop compiled with mypyc, for runs at scale.
+"""The simulator's flow network, event loop and chunk planner compiled with mypyc, for
+runs at scale.
 
 Why: a 10,240-GPU run spends about a third of its time re-solving max-min rates
-(``network.py``) and popping events (``engine.py``): per-flow Python that a compiler
-turns into C. mypyc compiles the same typed source as is, so a compiled run is the same
-run: the same trace hash (``tests/test_sim_native.py``). The protocol cores the node runs
-(``tensorhub/core``) are not compiled: they stay the node's pure Python.
+(``network.py``) and popping events (``engine.py``) and about a third in the planner's
+scans: per-flow and per-chunk Python that a compiler turns into C (68 s from source,
+46 s compiled, against #18's 60 s). mypyc compiles the same typed source as is, so a
+compiled run is the same run: the same trace hash (``tests/test_sim_native.py``;
+``bench/sim_scale.py --native`` checks it before timing). The planner is the node's
+own source, compiled for the simulator only: the node always imports it as Python.
 
 Opt-in: set ``TENSORHUB_SIM_NATIVE=1`` (``sim/__init__.py`` then calls :func:`enable`
 before any module of the simulator is imported), or pass ``--native`` to
-``bench/sim_scale.py``. The build (about 6 s; mypyc comes with mypy, a dev dependency,
-and needs a C compiler) goes to ``build/sim-native/<digest>/``, never beside the
-sources: an extension module next to its ``.py`` shadows it, so an edit to
-``network.py`` would silently run the old code. The digest covers the sources, the
-Python and the mypy version, so an edited source builds afresh.
+``bench/sim_scale.py``. The build (about 100 s once, mypy analysing what the planner
+imports; mypyc comes with mypy, a dev dependency, and needs a C compiler) goes to
+``build/sim-native/<digest>/``, never beside the sources: an extension module next to
+its ``.py`` shadows it, so an edit to ``network.py`` would silently run the old code.
+The digest covers the sources, the Python and the mypy version, so an edited source
+builds afresh.
 """
 
 from __future__ import annotations
