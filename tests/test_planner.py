@@ -886,7 +886,8 @@ def test_seen_all_but_marks_every_live_source_seen_now() -> None:
 
 def _twin_inputs(seed: int, relay: bool) -> tuple[int, int]:
     """Two planners fed the same random inputs, one answering from its memo of a quiet
-    call and one made to scan every time: every call must answer the same. Returns how
+    call and its kept nearest holders of each chunk (``_nearest_of``), and one made to
+    scan every time, finding them afresh: every call must answer the same. Returns how
     many of the calls right after news of a chunk the memo answered, and how many such
     calls there were."""
     rng = random.Random(seed)
@@ -927,7 +928,8 @@ def _twin_inputs(seed: int, relay: bool) -> tuple[int, int]:
                     p.failed(r.chunk, r.source, why)
         for i in range(rng.randint(1, 3)):
             quiet = a._quiet == (a.now, a._changes)
-            b._quiet = None  # b scans every time
+            b._quiet = None  # b scans every time,
+            b._nearest_of.clear()  # and finds each chunk's nearest holders afresh
             got = a.next_requests()
             assert got == b.next_requests(), (seed, a.now)
             if i == 0 and 0.15 <= roll < 0.55:  # the first call after news of a chunk
