@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine, print_table, write_json
-from sim.native import ENV, MODULES, build
+from sim.native import ENV, MODULES, NativeError, build, same_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,34 +64,9 @@ print(json.dumps(out))
 """
 
 
-_SAME = """
-import json
-from sim.scenario import load
-from sim.workloads import run
-out = {}
-for kind in ("standalone", "crossdc"):
-    sc = load(f"sim/scenarios/{kind}.yaml").replace(strong_baselines=False, rollout_hosts=48)
-    out[kind] = run(sc).trace_hash
-print(json.dumps(out))
-"""
-
-
 def _env(native: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     return {**env, ENV: "1"} if native else env
-
-
-def same_runs() -> dict[str, str]:
-    """The trace hashes of two small runs, equal compiled and from source (or exit)."""
-    hashes = []
-    for native in (True, False):
-        p = subprocess.run([sys.executable, "-c", _SAME], cwd=ROOT, env=_env(native),
-                           capture_output=True, text=True, check=True)  # fmt: skip
-        hashes.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    if hashes[0] != hashes[1]:
-        sys.exit(f"compiled and source runs differ: {hashes[0]} against {hashes[1]}")
-    out: dict[str, str] = hashes[0]
-    return out
 
 
 def run_one(
@@ -123,7 +98,10 @@ def main() -> int:
     checked = None
     if a.native:
         build(MODULES)  # (once, before any timing: about 100 s)
-        checked = same_runs()
+        try:
+            checked = same_runs(MODULES)
+        except NativeError as e:
+            sys.exit(str(e))
         print(f"compiled and source runs give the same trace hashes: {checked}")
     for item in a.runs.split(","):
         k, what = item.split(":")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -153,3 +154,42 @@ def enable(modules: tuple[str, ...] = MODULES) -> Path:
 def is_compiled(path: str | None) -> bool:
     """Whether a module's file is an extension module (compiled), not source."""
     return path is not None and path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+_TRACES = """
+import json, sys
+from sim import native
+if sys.argv[1] == "compiled":
+    native.enable(tuple(sys.argv[3:]))
+import sim.network
+from sim.scenario import load
+from sim.workloads import run
+out = {"compiled": native.is_compiled(sim.network.__file__)}
+for kind in ("standalone", "crossdc"):
+    sc = load(f"sim/scenarios/{kind}.yaml").replace(
+        strong_baselines=False, rollout_hosts=int(sys.argv[2]))
+    out[kind] = run(sc).trace_hash
+print(json.dumps(out))
+"""
+
+
+def same_runs(modules: tuple[str, ...] = MODULES, rollouts: int = 48) -> dict[str, str]:
+    """The trace hashes of a small standalone and cross-DC run, each run in a fresh
+    process compiled and from source; raises unless the two agree (and the compiled one
+    was). A compiled figure is only a figure of the same simulation if this holds."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    found = []
+    for mode in ("compiled", "source"):
+        p = subprocess.run(
+            [sys.executable, "-c", _TRACES, mode, str(rollouts), *modules],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        if p.returncode != 0:
+            raise NativeError(f"the {mode} run failed:\n{(p.stdout + p.stderr)[-3000:]}")
+        found.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    compiled, source = found
+    if compiled.pop("compiled") is not True or source.pop("compiled") is not False:
+        raise NativeError(f"{modules} were not compiled in one run and source in the other")
+    if compiled != source:
+        raise NativeError(f"compiled and source runs differ: {compiled} against {source}")
+    return dict(compiled)

@@ -1245,7 +1245,7 @@ class ChunkPlanner:
             kept = self._nearest_of[c] = self._nearest_holders(c, rank_of)
         best, names = kept
         src, load, sources = "", 0, self.sources
-        for n in names:
+        for n in names:  # (_least_loaded of the free ones, inlined: 4 M calls at 10,240 GPUs)
             if n in free:
                 inflight = sources[n].inflight
                 if not src or inflight < load or (inflight == load and n < src):
