@@ -100,8 +100,13 @@ _NODE_RATES = (1.5, 3.05, 6.0, 12.0, 22.0)
 SWEEPS = (
     Sweep("model size", "standalone", "model_gb", (10, 50, 200, 1000), "model (GB)",
           "bigger models lengthen every transfer; the barrier NCCL waits at does not grow"),
-    Sweep("generation tail", "standalone", "gen_sigma", (0.05, 0.15, 0.3, 0.6), "log-normal sigma",
+    Sweep("generation tail", "standalone", "gen_sigma", (0.05, 0.15, 0.28, 0.6),
+          "log-normal sigma per response",
           "the longer the tail, the longer a barrier makes early rollouts wait"),
+    Sweep("responses per instance", "standalone", "gen_requests", (1, 10, 100, 1000),
+          "responses per instance",
+          "an instance waits for its longest response: many per instance, a narrower spread; "
+          "1 puts a response's spread on whole instances (the model before session 17)"),
     Sweep("rollouts", "standalone", "rollout_hosts", (16, 48, 96, 192), "rollout instances",
           "more instances: a later barrier, a longer ring; the swarm gains sources"),
     Sweep("joiners", "elastic", "joiners", (8, 16, 64, 128), "joining instances",
@@ -236,10 +241,20 @@ ASSUMPTIONS = (
      "1,024 GPUs = 128 hosts; the trainer/rollout split (256/768) is not in the paper"),
     ("trainer slices", "each trainer host holds 1/trainer_hosts of the weights",
      "a sharded trainer; every trainer rank sends its slice (the UCX baseline's premise)"),
-    ("generation times", "log-normal, median 30 s, sigma 0.3",
-     "the paper says long-tailed, not how long; the tail sweep moves it"),
+    ("generation times", "an instance pauses when the longest of its responses is done "
+     "(100 per instance; 150 across datacenters); each response log-normal, sigma 0.28; "
+     "the median instance at 30 s",
+     "calibrated to Seer (arXiv:2511.14617): the last 10 % of responses take up to half of "
+     "a synchronous rollout; its Qwen2-VL-72B step is 600 prompts x 16 responses (9,600, "
+     "spread here over 96 instances), which gives sigma 0.28 if every response starts at "
+     "once (0.30 at 8 responses per prompt; tests/test_sim_calibration.py). The 30 s median "
+     "is not from a source: the tail/copy column gives the tail in copy times, and the tail "
+     "and responses sweeps move it. Before session 17 each instance drew one response's "
+     "spread (sigma 0.3 per instance, 2.5x wider)"),
     ("train step", "30 s of compute before the optimizer step mutates weights",
-     "bounds how long a trainer may serve before it stalls"),
+     "bounds how long a trainer may serve before it stalls; with one step of asynchrony the "
+     "pools are sized so a step takes about a rollout's time (Seer's 31 % training to 63 % "
+     "rollout is a colocated, synchronous split: the sweep's 15 s point)"),
     ("racks", "8 hosts per rack, 2:1 oversubscribed ToR uplinks", "a common fabric; not given"),
     ("WAN", "10 Gbit/s (1.25 GB/s) per direction, 30 ms RTT",
      "the paper says TCP-bound, not the rate; the WAN sweep moves it"),
@@ -332,24 +347,27 @@ WHY_WE_LOSE = [
     "",
     "On the GPUDirect data plane, against the same strong baselines (seed 1, `python -m sim",
     "run sim/scenarios/standalone.yaml --set dataplane=gpudirect`, and likewise elastic and",
-    "crossdc): storage 0.97x, UCX + snapshot 0.97x, NCCL staged 1.00x; rack P2P chains",
-    "0.90x, NCCL with no rebuild 0.91x; WAN relay + ring 1.19x.",
+    "crossdc): storage 0.97x, UCX + snapshot 1.54x, NCCL staged 1.00x; rack P2P chains",
+    "0.90x, NCCL with no rebuild 0.91x; WAN relay + ring 0.81x.",
     "",
     "Why, on the hypothetical GPUDirect data plane. A baseline that moves each copy at line",
     "rate with nothing in its way reaches the bound, and TensorHub's swarm does not quite:",
-    "1.03x the bound in standalone, 1.11x in elastic (coarse chunks start the pipeline",
+    "1.04x the bound in standalone, 1.11x in elastic (coarse chunks start the pipeline",
     "slowly; requests wait behind busy holders; the broadcast notes below). In standalone",
-    "the generation tail spreads the pauses, so",
-    "a store with a NIC per trainer host, or the trainer's hosts serving from a pinned",
-    "snapshot, serve each rollout alone at its NIC's rate; the paper's NCCL loses only",
-    "because of its barrier (13.6 copy times of tail), and staged NCCL, which broadcasts",
-    "while the rollouts generate, ties with TensorHub staged the same way (both stall only",
-    "for the copy into the GPUs). In elastic the joiners arrive together: a pipelined chain",
-    "per rack from the existing holders, or a ring that needs no rebuild, runs at the bound",
-    "plus a fill; the ring assumes a group that already includes spot instances nobody",
-    "announced, so it is a bound rather than a deployment. Across datacenters TensorHub",
-    "wins against one relay then a ring because the ring waits for the slowest remote",
-    "rollout, while each TensorHub rollout fetches from its datacenter's copy as it pauses.",
+    "the generation tail spreads the pauses, so a store with a NIC per trainer host serves",
+    "each rollout alone at its NIC's rate; UCX from a snapshot does not, since the pauses",
+    "of the calibrated tail come close enough together that the trainer's NICs are shared.",
+    "The paper's NCCL loses only because of its barrier (5.3 copy times of tail), and",
+    "staged NCCL, which broadcasts while the rollouts generate, ties with TensorHub staged",
+    "the same way (both stall only for the copy into the GPUs). In elastic the joiners",
+    "arrive together: a pipelined chain per rack from the existing holders, or a ring that",
+    "needs no rebuild, runs at the bound plus a fill; the ring assumes a group that already",
+    "includes spot instances nobody announced, so it is a bound rather than a deployment.",
+    "Across datacenters one WAN copy relayed into a ring wins: the ring waits for the",
+    "slowest remote rollout, but with the calibrated tail that is 4.5 copy times, less",
+    "than the swarm loses getting the first copy across and spreading it (1.62x the bound",
+    "on average, 2.86x for the worst remote rollout; with the wider per-instance tail used",
+    "before session 17 TensorHub won, 1.19x).",
 ]
 
 
@@ -412,7 +430,10 @@ def markdown(
         "from. Against NCCL the gap is the barrier: with almost no generation tail, or with a",
         "model so big that the transfer dominates the wait, the ratio falls toward the ring's",
         "own efficiency on the GPUDirect data plane, and below 1 as built (a ring at 22 GB/s",
-        "against nodes at 3.05). Against UCX from the trainer it is fan-out: with as few joiners",
+        "against nodes at 3.05). With the generation times calibrated to published rollouts",
+        "(the assumptions below) the barrier waits 5.3 copy times, so as built TensorHub",
+        "loses to NCCL (0.85x) and on GPUDirect it would win by about the paper's figure",
+        "(8.0x against 6.7x). Against UCX from the trainer it is fan-out: with as few joiners",
         "as trainer hosts UCX wins as built. Across datacenters it is the number of remote",
         "instances sharing the WAN, and a WAN fast enough to carry every copy shrinks it.",
         "",

@@ -11,6 +11,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import yaml
@@ -42,9 +43,14 @@ class Scenario:
     gpus_per_host: int = 8
     trainer_hosts: int = 32  # 256 trainer GPUs; each holds 1/trainer_hosts of the weights
     rollout_hosts: int = 96  # 768 rollout GPUs in TP-8 instances
-    # Rollout generation: log-normal per instance (a long tail), median and sigma.
+    # Rollout generation. An instance generates ``gen_requests`` responses per step and
+    # pauses when its longest is done; each response's time is log-normal with
+    # ``gen_sigma``, scaled so the median instance pauses at ``gen_median_s``. 1: the
+    # instance's own time is the log-normal draw. The shipped scenarios calibrate sigma and
+    # the request count to Seer's published rollouts (``scenarios/standalone.yaml``).
     gen_median_s: float = 30.0
     gen_sigma: float = 0.3
+    gen_requests: int = 1
     train_step_s: float = 30.0  # trainer compute before its optimizer step mutates weights
     # Elastic: rollout_hosts hold the version; joiners arrive at once and fetch it.
     joiners: int = 64
@@ -100,6 +106,8 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: needs trainer and rollout hosts")
         if not 0 < self.delta_fraction <= 1:
             raise ValueError(f"scenario {self.name!r}: delta_fraction must be in (0, 1]")
+        if self.gen_requests < 1:
+            raise ValueError(f"scenario {self.name!r}: gen_requests must be >= 1")
         if self.solve_depth is not None and self.solve_depth < 1:
             raise ValueError(f"scenario {self.name!r}: solve_depth must be >= 1 (or None)")
         if self.dataplane not in DATAPLANES:
@@ -122,10 +130,26 @@ class Scenario:
         return self.tcp_node_gbytes * 1e9 if self.dataplane == "tcp" else None
 
     def generation_times(self, n: int) -> list[float]:
-        """When each of ``n`` rollout instances finishes generating (seeded)."""
+        """When each of ``n`` rollout instances finishes generating (seeded): the longest of
+        its ``gen_requests`` responses.
+
+        Why the longest of many rather than one draw per instance: a synchronous step
+        hands each instance a batch, and the instance pauses for new weights when its last
+        response is done. The published spread is of responses (Seer: the last tenth of
+        them takes up to half the rollout), and the maximum of a batch spreads far less
+        than one response does (sigma 0.28 per response is about 0.12 per instance at 100
+        responses each), so putting a response's spread on whole instances overstates
+        the tail a barrier waits on."""
         rng = random.Random(self.seed * 7919 + 17)
-        mu = math.log(self.gen_median_s)
-        return [rng.lognormvariate(mu, self.gen_sigma) for _ in range(n)]
+        r = self.gen_requests
+        # The median of the longest of r draws is the (1/2)^(1/r) quantile of one draw;
+        # dividing it out keeps gen_median_s the median instance's time for every r.
+        q = NormalDist().inv_cdf(0.5 ** (1 / r)) if r > 1 else 0.0
+        mu = math.log(self.gen_median_s) - self.gen_sigma * q
+        draw = rng.lognormvariate
+        if r == 1:
+            return [draw(mu, self.gen_sigma) for _ in range(n)]
+        return [max(draw(mu, self.gen_sigma) for _ in range(r)) for _ in range(n)]
 
     def replace(self, **changes: Any) -> Scenario:
         """A copy with fields changed; ``topology.x``, ``swarm.x`` and ``swarm.planner.x``
