@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tensorhub.core.swarm import ChunkPlanner, PlannerConfig, Request
 from tensorhub.core.swarm.session import (
     _NEXT,
+    DEAD_DOUBT_S,
     FINAL,
     Abandon,
     FetchSession,
@@ -98,9 +99,40 @@ def test_a_dead_source_is_dropped_with_its_requests() -> None:
     s = session(n=2, per_source=2)
     s.planner.set_source("a", 1, None)
     reqs = sent(s.requests(0.0))
-    out = s.source_dead("a")
+    out = s.source_dead("a", 5.0)
     assert [a for a in out if isinstance(a, Abandon)] == [Abandon(r) for r in reqs]
     assert "a" not in s.planner.sources and s.trouble == {"holder dead": 1}
+
+
+def test_a_dead_verdict_on_a_source_still_sending_to_us_waits_and_is_forgotten() -> None:
+    """Our own evidence beats the holder view's: a payload from "a" began 0.5 s before the
+    verdict (an overloaded failure detector), and another began after it, so "a" is alive
+    and keeps its requests and its place."""
+    s = session(n=4, per_source=2)
+    s.planner.set_source("a", 1, None)
+    reqs = sent(s.requests(0.0))
+    s.receiving(reqs[0], 10.0)
+    assert s.source_dead("a", 10.5) == []
+    assert s.trouble == {"holder dead, doubted": 1}
+    s.receiving(reqs[1], 10.7)  # a new payload: alive
+    assert s.expire(10.5 + DEAD_DOUBT_S, timeout=30.0) == []
+    assert "a" in s.planner.sources and set(s.phase) == set(reqs)
+    assert "holder dead" not in s.trouble
+
+
+def test_a_doubted_dead_verdict_is_carried_out_when_the_source_stays_quiet() -> None:
+    """A holder that hangs mid-payload: its last payload began just before the verdict, and
+    none begins after it, so the verdict is carried out one doubt window later (long
+    before the request timeout)."""
+    s = session(n=4, per_source=2)
+    s.planner.set_source("a", 1, None)
+    reqs = sent(s.requests(0.0))
+    s.receiving(reqs[0], 10.0)
+    assert s.source_dead("a", 10.3) == []
+    assert s.expire(10.3 + DEAD_DOUBT_S / 2, timeout=30.0) == []  # not yet
+    out = s.expire(10.3 + DEAD_DOUBT_S, timeout=30.0)
+    assert {a for a in out if isinstance(a, Abandon)} == {Abandon(r) for r in reqs}
+    assert "a" not in s.planner.sources and s.trouble["holder dead"] == 1
 
 
 def test_advance_says_when_a_refresh_is_due() -> None:

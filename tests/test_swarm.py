@@ -361,7 +361,9 @@ async def test_a_fetch_past_its_deadline_fails_naming_the_cause() -> None:
 
 async def test_a_source_gossip_declares_dead_is_dropped_at_once() -> None:
     """Issue #15 (3): a hung holder keeps its TCP connection open; gossip's verdict is what
-    frees the requests stuck on it (before any request timeout)."""
+    frees the requests stuck on it (before any request timeout). It hangs mid-payload
+    right after starting one, so the verdict first waits out its doubt window
+    (``DEAD_DOUBT_S``: no payload began after it) and is then carried out."""
     sd = model(8)
     _StallingHandler.release = asyncio.Event()
     stall = await _StallingNode.start("stall", secret=SECRET)

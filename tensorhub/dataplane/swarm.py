@@ -251,7 +251,7 @@ def _apply(session: FetchSession, driver: _Driver, news: SourceNews) -> None:
         for name in list(session.planner.sources):
             status = news.health.get(name)
             if status is Status.DEAD:
-                driver.perform(session.source_dead(name))
+                driver.perform(session.source_dead(name, time.monotonic()))
             elif status is Status.SUSPECT:
                 driver.suspects.add(name)
             elif status is not None:

@@ -45,6 +45,10 @@ class Phase(enum.Enum):
 
 FINAL = frozenset({Phase.VERIFIED, Phase.FAILED, Phase.ABANDONED})
 
+DEAD_DOUBT_S = 1.0
+"""A holder whose payload began to arrive this recently is not dead, whatever the holder
+view says (:meth:`FetchSession.source_dead`)."""
+
 _NEXT: dict[tuple[Phase, str], Phase] = {
     (Phase.ISSUED, "receiving"): Phase.RECEIVING,
     (Phase.ISSUED, "verified"): Phase.VERIFIED,
@@ -152,6 +156,9 @@ class FetchSession:
         self._heard: dict[str, float] = {}
         """When each source's latest payload began to arrive: what :meth:`expire` measures
         from, with the issue time of the source's oldest request in flight."""
+        self._doubted: dict[str, tuple[float, float]] = {}
+        """Sources declared dead while still sending: (when, their latest payload's start
+        then); see :meth:`source_dead`."""
         self.trouble: Counter[str] = Counter()
         """Why requests failed, by name: for the slow-fetch warning and the stuck error."""
         self._copies: Counter[int] = Counter()  # chunk → requests for it not yet ended
@@ -258,25 +265,54 @@ class FetchSession:
         return self._end(r, held=False) + self._take_back()
 
     @_input
-    def source_dead(self, source: str) -> list[Action]:
+    def source_dead(self, source: str, now: float) -> list[Action]:
         """The holder view declared ``source`` dead: abandon what is in flight to it and
-        forget it (a hung process keeps its connections open, so nothing else would tell)."""
+        forget it (a hung process keeps its connections open, so nothing else would tell).
+
+        Unless a payload from it began to arrive within ``DEAD_DOUBT_S`` of ``now``: then
+        the verdict waits, and :meth:`expire` carries it out only if no new payload from
+        the source begins within that window. A failure detector on an overloaded host
+        declares live members dead, and dropping a relay's upstream that way starves its
+        whole chain (a 3.2x fan-out run of session 16 logged one "holder dead" at the
+        chain's head, which then took its chunks from its own downstream); a live source
+        keeps starting payloads, a hung one does not."""
+        heard = self._heard.get(source)
+        if heard is not None and now - heard < DEAD_DOUBT_S:
+            self.trouble["holder dead, doubted"] += 1
+            self._doubted[source] = (now, heard)
+            return []
+        return self._drop_dead(source)
+
+    def _drop_dead(self, source: str) -> list[Action]:
+        self._doubted.pop(source, None)
         self.trouble["holder dead"] += 1
         out = self._abandon_all(q for q in self.phase if q.source == source)
         self.planner.remove_source(source)
+        return out
+
+    def _doubts_settled(self, now: float) -> list[Action]:
+        """Dead verdicts that waited: dropped if the source began no payload since, after
+        ``DEAD_DOUBT_S``; forgotten if it did (it is alive)."""
+        out: list[Action] = []
+        for source, (said, heard) in list(self._doubted.items()):
+            if self._heard.get(source, heard) > heard:
+                del self._doubted[source]
+            elif now - said >= DEAD_DOUBT_S:
+                out += self._drop_dead(source)
         return out
 
     @_input
     def expire(self, now: float, timeout: float) -> list[Action]:
         """Requests unanswered for ``timeout``: their source hangs (alive to TCP, sending
         nothing), so everything in flight to it is stuck behind them; ask others for all
-        of it, and leave the source alone a while."""
+        of it, and leave the source alone a while. First, dead verdicts that waited on
+        their doubt (:meth:`source_dead`) are carried out or forgotten."""
+        out: list[Action] = self._doubts_settled(now) if self._doubted else []
         quiet: dict[str, float] = {}  # source → since when it has sent us nothing
         for r, t in self.issued_at.items():
             since = max(t, self._heard.get(r.source, t))
             quiet[r.source] = min(quiet.get(r.source, since), since)
         hung = {source for source, t in quiet.items() if now - t > timeout}
-        out: list[Action] = []
         for q in [q for q in self.phase if q.source in hung]:
             self.trouble["timed out"] += 1
             out += self._abandon_all([q])
