@@ -135,6 +135,19 @@ def test_a_doubted_dead_verdict_is_carried_out_when_the_source_stays_quiet() -> 
     assert "a" not in s.planner.sources and s.trouble["holder dead"] == 1
 
 
+def test_a_doubted_source_lost_meanwhile_is_not_dropped_twice() -> None:
+    s = session(n=4, per_source=2)
+    s.planner.set_source("a", 1, None)
+    reqs = sent(s.requests(0.0))
+    s.receiving(reqs[0], 10.0)
+    assert s.source_dead("a", 10.3) == []
+    for r in reqs:
+        s.failed(r, Outcome.LOST)  # its connection broke: dropped that way
+    assert "a" not in s.planner.sources
+    assert s.expire(10.3 + DEAD_DOUBT_S, timeout=30.0) == []
+    assert "holder dead" not in s.trouble and s.trouble["holder lost"] == len(reqs)
+
+
 def test_advance_says_when_a_refresh_is_due() -> None:
     s = session()
     assert not s.advance(9, every=10)

@@ -46,8 +46,8 @@ class Phase(enum.Enum):
 FINAL = frozenset({Phase.VERIFIED, Phase.FAILED, Phase.ABANDONED})
 
 DEAD_DOUBT_S = 1.0
-"""A holder whose payload began to arrive this recently is not dead, whatever the holder
-view says (:meth:`FetchSession.source_dead`)."""
+"""A dead verdict on a holder whose payload began to arrive this recently waits this long
+for another payload from it before it is carried out (:meth:`FetchSession.source_dead`)."""
 
 _NEXT: dict[tuple[Phase, str], Phase] = {
     (Phase.ISSUED, "receiving"): Phase.RECEIVING,
@@ -295,8 +295,8 @@ class FetchSession:
         ``DEAD_DOUBT_S``; forgotten if it did (it is alive)."""
         out: list[Action] = []
         for source, (said, heard) in list(self._doubted.items()):
-            if self._heard.get(source, heard) > heard:
-                del self._doubted[source]
+            if self._heard.get(source, heard) > heard or source not in self.planner.sources:
+                del self._doubted[source]  # alive, or gone another way (a lost connection)
             elif now - said >= DEAD_DOUBT_S:
                 out += self._drop_dead(source)
         return out
