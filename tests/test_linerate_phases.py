@@ -16,3 +16,25 @@ def test_phases_count_line_rate_use_and_skip_finished_receivers() -> None:
     first, second = _phases(samples, 8.0, parts=2)
     assert first == {"publisher_egress": 2.0, "ingress_mean": 1.0, "ingress_min": 1.0}
     assert second == {"publisher_egress": 0.0, "ingress_mean": 0.5, "ingress_min": 1.0}
+
+
+def test_rounds_report_medians_and_keep_each_round() -> None:
+    """bench/linerate.py --rounds: each figure the median over rounds (each round's ratio to
+    its own copy); a round that broke counts as the slowest; every round kept."""
+    from bench.linerate import _medians, _ratio
+
+    def r(ratio: float | None, egress: float) -> dict[str, object]:
+        secs = None if ratio is None else 2.0 * ratio
+        return {"seconds": secs, "last_over_one_copy": ratio, "publisher_egress_models": egress,
+                "duplicate_fraction": 0.0, "cpu_seconds_per_gb": 1.0, "cpu_busy_fraction": 0.5,
+                "healthy_short": 0, "phases": [{"x": 1}]}  # fmt: skip
+
+    rounds = [{"relay": r(1.2, 1.0)}, {"relay": r(1.05, 1.1)}, {"relay": r(None, 1.0)}]
+    out = _medians(rounds)["relay"]  # type: ignore[arg-type]
+    assert out["last_over_one_copy"] == 1.2  # median of 1.05, 1.2 and a broken round
+    assert out["publisher_egress_models"] == 1.0
+    assert out["last_over_one_copy_rounds"] == [1.2, 1.05, None]
+    assert len(out["rounds"]) == 3 and "phases" not in out
+    assert _ratio(out) == "1.200 [1.050-1.200]"
+    broken = _medians([{"c": r(None, 1.0)}, {"c": r(None, 1.0)}])["c"]  # type: ignore[arg-type]
+    assert broken["last_over_one_copy"] is None
