@@ -405,11 +405,11 @@ def _ratio(r: dict[str, Any]) -> str | float:
     """The last receiver over one copy; with rounds, the median [least-most]."""
     if r["last_over_one_copy"] is None:
         return f"broken: {r['healthy_short']} short"
-    each = [x for x in r.get("last_over_one_copy_rounds", []) if x is not None]
-    if len(r.get("last_over_one_copy_rounds", [])) < 2:
+    rounds = r.get("last_over_one_copy_rounds", [])
+    if len(rounds) < 2:
         return float(r["last_over_one_copy"])
-    low, high = (f"{min(each):.3f}", f"{max(each):.3f}") if each else ("-", "-")
-    return f"{r['last_over_one_copy']:.3f} [{low}-{high}]"
+    each = [x for x in rounds if x is not None]  # (some: the median is not a broken round)
+    return f"{r['last_over_one_copy']:.3f} [{min(each):.3f}-{max(each):.3f}]"
 
 
 def _victim(r: dict[str, Any]) -> str:
