@@ -3,6 +3,7 @@
 python -m sim run sim/scenarios/elastic.yaml [--set joiners=32] [--json out.json]
 python -m sim reproduce [--seeds 20] --json out.json
 python -m sim sweep [--report docs/results.md] [--json sweeps.json]
+python -m sim steady [--steps 4] [--set dataplane=gpudirect] [--json out.json]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from . import headlines, report
+from . import headlines, report, steady
 from .scenario import Scenario, load
 from .workloads import Outcome, run
 
@@ -111,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="a `reproduce --seeds N --json` file: its two-column table goes in the report",
     )
+    d = sub.add_parser("steady", help="standalone steps in a row, the trainer unpublishing")
+    d.add_argument("scenario", nargs="?", default=str(SCENARIOS / "standalone.yaml"))
+    d.add_argument("--steps", type=int, default=4)
+    d.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    d.add_argument("--seed", type=int)
+    d.add_argument("--json")
     a = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -123,6 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         o = run(sc)
         report.print_outcomes([o])
         _write_json(a.json, o.summary())
+    elif a.cmd == "steady":
+        try:
+            sc = _override(load(a.scenario), a.set, a.seed)
+            so = steady.steady(sc, a.steps)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        Console(width=max(Console().width, 120)).print(steady.table(so))
+        _write_json(a.json, {"wall_s": round(time.perf_counter() - t0, 1), **so.summary()})
     elif a.cmd == "reproduce":
         if a.seeds is not None and (a.seeds < 1 or a.seed is not None):
             print("error: --seeds N wants N >= 1 and no --seed", file=sys.stderr)

@@ -70,6 +70,7 @@ class Flow:
     slack: float = 0.0  # bytes within which it counts as caught up
     frozen: int = 0  # the filling round that fixed its rate
     line: Hashable | None = None  # the connection it holds while it moves
+    cancelled: bool = False  # cancelled after its last byte, before its done was called
 
 
 @dataclass(eq=False)
@@ -163,6 +164,11 @@ class Network:
         f = t.flow
         if f is not None and f.id in self.flows:
             self._remove(f)
+        elif f is not None:
+            # It finished in the batch being completed now (an earlier ``done`` of that
+            # batch cancels it: a fetcher abandoning an endgame twin that also landed);
+            # calling its ``done`` too released its sender's upload slot twice.
+            f.cancelled = True
 
     def _remove(self, f: Flow) -> None:
         """Take a flow off the network; its links' rates, and its followers', are stale."""
@@ -492,4 +498,5 @@ class Network:
             self._remove(f)
         self._changed(())  # at least the next event is to be scheduled again
         for f in finished:
-            f.done()
+            if not f.cancelled:
+                f.done()

@@ -129,9 +129,10 @@ class Scenario:
         """The cap TensorHub's data plane puts on each host, bytes/s (None: the NIC's)."""
         return self.tcp_node_gbytes * 1e9 if self.dataplane == "tcp" else None
 
-    def generation_times(self, n: int) -> list[float]:
+    def generation_times(self, n: int, step: int = 0) -> list[float]:
         """When each of ``n`` rollout instances finishes generating (seeded): the longest of
-        its ``gen_requests`` responses.
+        its ``gen_requests`` responses. ``step``: the how-many-th step of a run of several
+        (``sim/steady.py``), each with draws of its own; step 0 is the one-step run's.
 
         Why the longest of many rather than one draw per instance: a synchronous step
         hands each instance a batch, and the instance pauses for new weights when its last
@@ -140,7 +141,7 @@ class Scenario:
         than one response does (sigma 0.28 per response is about 0.12 per instance at 100
         responses each), so putting a response's spread on whole instances overstates
         the tail a barrier waits on."""
-        rng = random.Random(self.seed * 7919 + 17)
+        rng = random.Random(self.seed * 7919 + 17 + step * 104_729)
         r = self.gen_requests
         # The median of the longest of r draws is the (1/2)^(1/r) quantile of one draw;
         # dividing it out keeps gen_median_s the median instance's time for every r.

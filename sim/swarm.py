@@ -131,6 +131,8 @@ class _Node:
     """Requests parked until a chunk begins to land here (cut-through without early
     hints), or until it settles."""
     lagging: bool = False  # a relay link that fell behind: it parks no request
+    withdrawn: bool = False  # let go of the version (unpublished, or its memory reused)
+    on_drained: Callable[[], None] | None = None  # once no upload reads it (withdrawn)
 
     def lag(self, cut_through: bool) -> None:
         """As the node's ``Replica.lag``: its fetch relays from the tail now; who is parked
@@ -212,6 +214,11 @@ class Swarm:
         self.origins = list(origins)
         self._tickets = 0
         self._dead: set[str] = set()  # nodes that crashed
+        self._unlisted: set[str] = set()  # the holder view lists them no more: dead, withdrawn
+        self.on_done: Callable[[str], None] | None = None  # called as each fetcher finishes
+        self.on_replicated: Callable[[], None] | None = None  # see when_replicated
+        self._elsewhere = bytearray(cfg.chunks)  # chunks some non-origin holder has whole
+        self._elsewhere_left = cfg.chunks
         self._with_news: list[str] = []  # fetchers to plan at the next tick (_news)
         n = cfg.chunks
 
@@ -281,6 +288,10 @@ class Swarm:
             when = (at or {}).get(f, self.e.now)
             self.e.at(when, functools.partial(self._begin, f))
 
+    def begin(self, f: str) -> None:
+        """Begin ``f``'s fetch now (a driver that decides each start as it goes)."""
+        self._begin(f)
+
     def _begin(self, f: str) -> None:
         self.nodes[f].started = self.e.now
         self._count(f, +1)
@@ -296,6 +307,7 @@ class Swarm:
             self._members.pop(self.c.hosts[name].dc, None)
         node.dead = True
         self._dead.add(name)
+        self._unlisted.add(name)
         for r, t in list(node.inflight.items()):
             if t is not None:
                 self.net.cancel(t)
@@ -313,6 +325,35 @@ class Swarm:
                         self.net.cancel(t)
                     other.inflight[r] = None
                     self.e.later(self.c.latency(name, f), functools.partial(self._lost, f, r))
+
+    def withdraw(self, name: str, drained: Callable[[], None] | None = None) -> None:
+        """``name`` lets go of the version, as ``Hub.unpublish`` does (or a fetch of the
+        next version into the memory that held it): a new request, or one waiting for an
+        upload slot when its turn comes, is answered "unknown version"; the holder view
+        lists it no more; uploads under way finish, and then ``drained`` is called (what
+        ``unpublish`` returning is: the memory may change)."""
+        node = self.nodes[name]
+        if node.withdrawn or node.dead:
+            raise ValueError(f"{name} holds no replica to withdraw")
+        node.withdrawn = True
+        node.on_drained = drained
+        self._unlisted.add(name)
+        self._dc_members[self.c.hosts[name].dc] -= 1
+        self._members.pop(self.c.hosts[name].dc, None)
+        self._maybe_drained(node)
+
+    def _maybe_drained(self, node: _Node) -> None:
+        if node.on_drained is not None and not node.slots.active and not node.slots.waiting:
+            done, node.on_drained = node.on_drained, None
+            done()
+
+    def when_replicated(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once every chunk is held whole by some node that is not an origin
+        (``Hub.wait_replicated``: one full copy exists elsewhere), now if it already is."""
+        if not self._elsewhere_left:
+            then()
+        else:
+            self.on_replicated = then
 
     def _lost(self, f: str, r: Request) -> None:
         self._failed(f, r, Outcome.LOST)
@@ -339,7 +380,7 @@ class Swarm:
             session.advance(tick)
         if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
             node.seen_tick = p.now
-            session.seen_all_but(self._dead)  # the holder view (a crash is seen at once)
+            session.seen_all_but(self._unlisted)  # the holder view (a crash is seen at once)
         self._perform(f, session.requests(self.e.now))
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)
@@ -360,8 +401,9 @@ class Swarm:
     def _serve(self, s: str, f: str, r: Request) -> None:
         src, c = self.nodes[s], r.chunk
         back = self.c.latency(s, f)
-        if src.dead:
-            self.e.later(back, lambda: self._failed(f, r, Outcome.LOST))
+        if src.dead or src.withdrawn:  # the connection breaks, or "unknown version"
+            gone = Outcome.LOST if src.dead else Outcome.WITHDRAWN
+            self.e.later(back, lambda: self._failed(f, r, gone))
             return
         hosts = self.c.hosts
         src.seeder = holder_seeder(src.seeder, self.cfg.chunks, self._spread_after)
@@ -417,38 +459,44 @@ class Swarm:
         self._tickets += 1
         ticket = self._tickets
 
-        def go() -> None:
-            if src.dead or self.nodes[f].dead:
-                self._release(s, f)
-                return
-            feed = None  # cutting through: the transfer bringing c to s paces ours
-            if not src.have[c]:
-                feed = next((t for q, t in src.inflight.items() if q.chunk == c and t), None)
-            t = self.net.start(
-                self.c.path(s, f),
-                self.chunk_bytes,
-                lambda: self._delivered(s, f, r),
-                latency=back,
-                tag=f"{s}>{f}",
-                upstream=feed,
-                line=(s, f),  # one connection per pair: its chunks move one at a time
-            )
-            fetcher = self.nodes[f]
-            if r not in fetcher.inflight:
-                return  # abandoned while queued here: its bytes still flow (as the real
-                # server still sends them), and are dropped on arrival
-            fetcher.inflight[r] = t
-            if fetcher.session is not None:
-                fetcher.session.receiving(r, self.e.now)
-            if self.cfg.cut_through and not fetcher.have[c]:
-                if self.cfg.early_hints:
-                    self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
-                fetcher.landing(c)
-
+        go = functools.partial(self._upload, s, f, r, back)
         if src.slots.request(f, ticket):
             go()
         else:
             src.queued[ticket] = go
+
+    def _upload(self, s: str, f: str, r: Request, back: float) -> None:
+        """``s`` has an upload slot for ``f``'s request ``r``: start its bytes (with the
+        reply's latency), unless one of them is gone or ``s`` let go while it waited."""
+        src, c = self.nodes[s], r.chunk
+        if src.dead or src.withdrawn or self.nodes[f].dead:
+            self._release(s, f)
+            if src.withdrawn:  # it let go while the request waited for a slot
+                self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN))
+            return
+        feed = None  # cutting through: the transfer bringing c to s paces ours
+        if not src.have[c]:
+            feed = next((t for q, t in src.inflight.items() if q.chunk == c and t), None)
+        t = self.net.start(
+            self.c.path(s, f),
+            self.chunk_bytes,
+            lambda: self._delivered(s, f, r),
+            latency=back,
+            tag=f"{s}>{f}",
+            upstream=feed,
+            line=(s, f),  # one connection per pair: its chunks move one at a time
+        )
+        fetcher = self.nodes[f]
+        if r not in fetcher.inflight:
+            return  # abandoned while queued here: its bytes still flow (as the real
+            # server still sends them), and are dropped on arrival
+        fetcher.inflight[r] = t
+        if fetcher.session is not None:
+            fetcher.session.receiving(r, self.e.now)
+        if self.cfg.cut_through and not fetcher.have[c]:
+            if self.cfg.early_hints:
+                self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
+            fetcher.landing(c)
 
     def _feeds(self, f: str, s: str, c: int) -> bool:
         """Do ``s``'s bytes of chunk ``c`` come, through a chain of cut-through requests,
@@ -477,7 +525,9 @@ class Swarm:
         members = self._members.get(dc)
         if members is None:
             members = self._members[dc] = sorted(
-                n for n, node in self.nodes.items() if not node.dead and self.c.hosts[n].dc == dc
+                n
+                for n, node in self.nodes.items()
+                if not node.dead and not node.withdrawn and self.c.hosts[n].dc == dc
             )
         view = DcView.of(active, members)
         for g in active:
@@ -486,13 +536,15 @@ class Swarm:
                 self._pump(g)  # turns changed: a chunk it waited on may be its own now
 
     def _alive(self, name: str) -> bool:
-        return name in self.nodes and not self.nodes[name].dead
+        return name in self.nodes and not self.nodes[name].dead and not self.nodes[name].withdrawn
 
     def _release(self, s: str, peer: str) -> None:
         """An upload from ``s`` to ``peer`` ended (delivered, cancelled, or moot)."""
         src = self.nodes[s]
         for _peer, ticket in src.slots.release(peer):
             src.queued.pop(_ticket(ticket))()
+        if src.withdrawn:
+            self._maybe_drained(src)
 
     def _settle(self, f: str, r: Request) -> FetchSession | None:
         """The reply to ``r`` arrived at ``f``: its fetch session, if the request still
@@ -561,11 +613,19 @@ class Swarm:
         self._perform(f, session.verified(r))
         if first:
             self.e.trace("chunk", f, r.chunk, s)
+            if not self._elsewhere[r.chunk]:
+                self._elsewhere[r.chunk] = 1
+                self._elsewhere_left -= 1
+                if not self._elsewhere_left and self.on_replicated is not None:
+                    then, self.on_replicated = self.on_replicated, None
+                    then()
             self.e.later(self.cfg.hint_delay, lambda: self._announce(f, r.chunk))
         if session.planner.done and node.finished is None:
             node.finished = self.e.now
             self._count(f, -1)
             self.e.trace("done", f)
+            if self.on_done is not None:
+                self.on_done(f)
             return
         self._pump(f)
 
