@@ -450,17 +450,21 @@ def _round(
             label = "tensorhub" if name == "node" else f"tensorhub ({name})"
             chunk = parse_size(args.chunk)
             results[label] = _tensorhub(fabric, n, size, name, chunk, case)
-            if not predict or (case is not None and case.kind in ("killed", "stops")):
-                continue  # (the simulator models no kill, nor a withdrawal, mid-transfer)
-            late = {victim: case.kill_after / one} if case and case.kind == "late" else {}
+            if not predict:
+                continue
+            kind = case.kind if case is not None else None
+            at = {victim: case.kill_after / one} if case is not None else {}
             each = [
-                predict_each(n, size, args.rate, chunk, preset(name), seed, slow, late)
+                predict_each(n, size, args.rate, chunk, preset(name), seed, slow,
+                             late=at if kind == "late" else None,
+                             killed=at if kind == "killed" else None,
+                             stops=kind == "stops")
                 for seed in (1, 2, 3)
-            ]  # the last healthy receiver, as measured
+            ]  # the last healthy receiver, as measured  # fmt: skip
             results[label]["simulated_over_one_copy"] = [
                 max(t for i, t in enumerate(e, 1) if case is None or i != victim) for e in each
             ]
-            if case is not None:
+            if kind in ("slow", "late"):  # (a killed one has no time; "stops" has no victim)
                 results[label]["simulated_victim_over_its_bound"] = [
                     e[victim - 1] / case.bound for e in each
                 ]

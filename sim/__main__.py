@@ -9,6 +9,7 @@ python -m sim steady [--steps 4] [--set dataplane=gpudirect] [--json out.json]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--steps", type=int, default=4)
     d.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     d.add_argument("--seed", type=int)
+    d.add_argument("--seeds", type=int, help="run seeds 1..N and report medians and quartiles")
     d.add_argument("--json")
     a = ap.parse_args(argv)
 
@@ -131,14 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         report.print_outcomes([o])
         _write_json(a.json, o.summary())
     elif a.cmd == "steady":
-        try:
-            sc = _override(load(a.scenario), a.set, a.seed)
-            so = steady.steady(sc, a.steps)
-        except (OSError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        Console(width=max(Console().width, 120)).print(steady.table(so))
-        _write_json(a.json, {"wall_s": round(time.perf_counter() - t0, 1), **so.summary()})
+        return _steady(a, t0)
     elif a.cmd == "reproduce":
         if a.seeds is not None and (a.seeds < 1 or a.seed is not None):
             print("error: --seeds N wants N >= 1 and no --seed", file=sys.stderr)
@@ -185,6 +180,38 @@ def main(argv: list[str] | None = None) -> int:
         _write_json(a.json, {
             sw.key: [{"value": v, **o.summary()} for v, o in pts] for sw, pts in done
         })  # fmt: skip
+    print(f"({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+def _steady(a: argparse.Namespace, t0: float) -> int:
+    """``python -m sim steady``: one seed's table, or medians over ``--seeds``."""
+    try:
+        sc = _override(load(a.scenario), a.set, a.seed)
+        if a.seeds is not None and (a.seeds < 1 or a.seed is not None):
+            raise ValueError("--seeds N wants N >= 1 and no --seed")
+        scs = [sc.replace(seed=s) for s in range(1, a.seeds + 1)] if a.seeds else [sc]
+        steady.check(scs[0], a.steps)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    run_one = functools.partial(steady.steady, steps=a.steps)
+    workers = min(len(scs), os.cpu_count() or 1)
+    if workers == 1:
+        outs = [run_one(sc) for sc in scs]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            outs = list(pool.map(run_one, scs))
+    console = Console(width=max(Console().width, 120))
+    console.print(steady.table(outs[0]) if len(outs) == 1 else steady.seeds_table(outs))
+    _write_json(a.json, {
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "seeds": [o.scenario.seed for o in outs],
+        "over_seeds": {n: {k: v.summary() for k, v in sp.items()}
+                       for n, sp in steady.over_seeds(outs).items()},
+        "runs": [o.summary() for o in outs],
+    })  # fmt: skip
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
 

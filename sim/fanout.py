@@ -3,6 +3,8 @@ receivers in one rack, every NIC at the same rate, the node's data-plane setting
 4 MiB chunks: store and forward (a chunk served once verified), or with the preset's
 ``cut_through`` served as it lands; either way announced once whole, as the node does.
 
+The bench's cases with a victim are modelled as the bench makes them: a slower NIC, a
+late start, a crash (``Swarm.crash``), the publisher withdrawing (``Swarm.withdraw``).
 It runs the same planner, fetch session and serve decision as the node, so its
 prediction is a check of the simulator's network model against the real namespaces, not
 of the protocol: the bench prints both side by side.
@@ -10,6 +12,7 @@ of the protocol: the bench prints both side by side.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -32,11 +35,15 @@ def predict_each(
     seed: int = 1,
     rates: Mapping[int, float] | None = None,
     late: Mapping[int, float] | None = None,
+    killed: Mapping[int, float] | None = None,
+    stops: bool = False,
 ) -> list[float]:
     """Each receiver's time over one copy's (size / rate), simulated, receivers 1..N in
     order, from its own start; ``rates``: receiver -> its NIC's rate (Mbit/s) where not
     ``rate_mbit`` (the bench's slow receiver, both ways, as ``Fabric(rates=...)``);
-    ``late``: receiver -> when it begins its fetch, in copies (the bench's late joiner)."""
+    ``late``: receiver -> when it begins its fetch, in copies (the bench's late joiner);
+    ``killed``: receiver -> when it dies, in copies (inf for it); ``stops``: the publisher
+    withdraws its copy once one receiver holds the whole version (the bench's "stops")."""
     spec = TopologySpec(
         dcs=1,
         racks_per_dc=1,
@@ -63,5 +70,14 @@ def predict_each(
     one = size / (rate_mbit * 1e6 / 8)
     starts = {f: (late or {}).get(i, 0.0) * one for i, f in enumerate(hosts[1:], 1)}
     s.start(at=starts)
+    for i, at in (killed or {}).items():
+        e.at(at * one, functools.partial(s.crash, hosts[i]))
+    if stops:
+
+        def first_copy(_f: str) -> None:
+            if not s.nodes[hosts[0]].withdrawn:
+                s.withdraw(hosts[0])
+
+        s.on_done = first_copy
     e.run()
     return [((s.nodes[f].finished or math.inf) - starts[f]) / one for f in hosts[1:]]

@@ -255,6 +255,13 @@ ASSUMPTIONS = (
      "bounds how long a trainer may serve before it stalls; with one step of asynchrony the "
      "pools are sized so a step takes about a rollout's time (Seer's 31 % training to 63 % "
      "rollout is a colocated, synchronous split: the sweep's 15 s point)"),
+    ("trainer release", "TensorHub's trainers unpublish at their next optimizer step "
+     "(train step after the publish), or once a full copy is elsewhere if later; free once "
+     "their uploads under way drain; later fetches go to the rollouts",
+     "what the README's trainer loop does (wait_replicated, unpublish); UCX's trainer is the "
+     "only source and serves every pull, NCCL's is in the ring to its end, storage's pushes "
+     "once. Before session 18 TensorHub's trainer served every fetch (trainer_unpublishes: "
+     "false)"),
     ("racks", "8 hosts per rack, 2:1 oversubscribed ToR uplinks", "a common fabric; not given"),
     ("WAN", "10 Gbit/s (1.25 GB/s) per direction, 30 ms RTT",
      "the paper says TCP-bound, not the rate; the WAN sweep moves it"),
@@ -463,7 +470,8 @@ def markdown(
         "trainer stalled until the last byte it serves has left: 1.79 s instead of 0.30 s,",
         "which is why the broadcast's total stall is no better than NCCL's ring. The real Hub",
         "need not make the trainer wait (a CUDA publish serves from a pinned host snapshot;",
-        "`unpublish` keeps a CPU copy when it is the last holder); that is not modelled here.",
+        "`unpublish` keeps a CPU copy when it is the last holder); one publish cannot show it,",
+        'steps in a row can: `python -m sim steady` ("Steps in a row", below).',
         "",
         "## Sweeps: where each ratio grows and where it shrinks",
         "",
@@ -506,8 +514,8 @@ def markdown(
         "- Paper features not modelled: resharding between the trainer's and the rollouts'",
         "  TP/PP layouts (every host holds a slice or a whole copy), a NIC per GPU and rails",
         "  (one NIC per host), NVLink tiers inside a host, the engine's load time, continuous",
-        "  spot churn (elastic preempts once, mid-transfer), several steps in a row with",
-        "  retention and unpublish (one publish per run).",
+        "  spot churn (elastic preempts once, mid-transfer). One publish per run here; steps in",
+        "  a row, the trainer unpublishing at its next step, are `python -m sim steady`.",
         '- The paper\'s ratios are "up to" figures against baselines whose set-up it does not',
         "  give; ours are for the assumptions above, and the sweeps show how they move.",
         "",

@@ -52,6 +52,10 @@ class Scenario:
     gen_sigma: float = 0.3
     gen_requests: int = 1
     train_step_s: float = 30.0  # trainer compute before its optimizer step mutates weights
+    # TensorHub's trainer as the README runs it: at its next optimizer step, once a full
+    # copy is elsewhere, it unpublishes (uploads under way drain; later fetches go to the
+    # rollouts). False: it serves every fetch, stalled until its last byte has left.
+    trainer_unpublishes: bool = True
     # Elastic: rollout_hosts hold the version; joiners arrive at once and fetch it.
     joiners: int = 64
     preempt: float = 0.0  # fraction of holders preempted while joiners fetch

@@ -49,6 +49,7 @@ from rich.table import Table
 
 from .baselines import pull_from_trainer, ring_broadcast
 from .engine import Engine
+from .headlines import Spread
 from .network import Network
 from .scenario import Scenario
 from .swarm import Swarm
@@ -293,12 +294,17 @@ class SteadyOutcome:
         }
 
 
-def steady(sc: Scenario, steps: int) -> SteadyOutcome:
-    """``steps`` standalone steps of every scheme in :data:`SCHEMES`."""
+def check(sc: Scenario, steps: int) -> None:
+    """What :func:`steady` can run (ValueError, saying why, if not)."""
     if sc.kind != "standalone":
         raise ValueError(f"steady state is modelled for standalone scenarios, not {sc.kind!r}")
     if steps < 2:
         raise ValueError("steps: at least two (a steady state has a period)")
+
+
+def steady(sc: Scenario, steps: int) -> SteadyOutcome:
+    """``steps`` standalone steps of every scheme in :data:`SCHEMES`."""
+    check(sc, steps)
     loop = _SwarmLoop(sc, steps, serve_all=False)
     runs = {"tensorhub": loop.run()}
     runs["tensorhub, serves all"] = _SwarmLoop(sc, steps, serve_all=True).run()
@@ -331,5 +337,40 @@ def table(o: SteadyOutcome) -> Table:
             f"{r.stalled_fraction(sc):.1%}",
             f"{sum(r.trainer_stall) / len(r.trainer_stall):.1f} s",
             f"{sum(stalls) / len(stalls):.1f} s",
+        )
+    return t
+
+
+def over_seeds(outs: Sequence[SteadyOutcome]) -> dict[str, dict[str, Spread]]:
+    """Per scheme, over the seeds: its stall per step over TensorHub's, its share of GPU
+    time stalled and its period."""
+    spreads: dict[str, dict[str, Spread]] = {}
+    for name in SCHEMES:
+        runs = [(o.scenario, o.runs[name]) for o in outs]
+        spreads[name] = {
+            "vs_tensorhub": Spread.of([o.ratio(name) for o in outs]),
+            "stalled_fraction": Spread.of([r.stalled_fraction(sc) for sc, r in runs]),
+            "period_s": Spread.of([r.period() for _sc, r in runs]),
+        }
+    return spreads
+
+
+def seeds_table(outs: Sequence[SteadyOutcome]) -> Table:
+    sc = outs[0].scenario
+    t = Table(
+        title=f"{sc.name}, {len(outs[0].runs['tensorhub'].publish)} steps in a row over "
+        f"{len(outs)} seeds ({sc.dataplane} data plane): median [quartiles]",
+        caption="vs TensorHub: the scheme's GPU stall per step over TensorHub's (above 1: "
+        "TensorHub better). GPU time stalled: stall / (period x GPUs).",
+    )
+    for col in ("scheme", "vs TensorHub", "GPU time stalled", "period (s)"):
+        t.add_column(col, justify="left" if col == "scheme" else "right")
+    for name, sp in over_seeds(outs).items():
+        frac, period = sp["stalled_fraction"], sp["period_s"]
+        t.add_row(
+            name,
+            "-" if name == "tensorhub" else sp["vs_tensorhub"].text(),
+            f"{frac.median:.1%} [{frac.q1:.1%}-{frac.q3:.1%}]",
+            f"{period.median:.1f} [{period.q1:.1f}-{period.q3:.1f}]",
         )
     return t

@@ -203,7 +203,11 @@ def _tensorhub(
     fetchers: dict[str, float],
     holders: Sequence[str] = (),
     preempt: float = 0.0,
+    release_at: float | None = None,
 ) -> _SwarmRun:
+    """TensorHub's run. ``release_at``: the trainers unpublish then, or once a full copy
+    is elsewhere if later, and are free when their uploads under way have drained (None:
+    they serve every fetch and are free when the last byte they serve has left)."""
     e = Engine()
     net = Network(e, depth=sc.solve_depth)
     c = Cluster.build(sc.topology, host_rate=sc.node_rate)
@@ -228,13 +232,34 @@ def _tensorhub(
     for v, at in crashes.items():
         e.at(at, functools.partial(s.crash, v))
     crashed = list(crashes)
+    freed: list[float] = []
+    if release_at is not None:
+        e.at(release_at, lambda: s.when_replicated(lambda: _unpublish(s, trainers, freed)))
     e.run()
     _check_swarm(s, crashed)
     done = {f: s.nodes[f].finished or float("inf") for f in fetchers}
-    free = max(s.nodes[t].last_sent for t in trainers)
+    free = freed[0] if freed else max(s.nodes[t].last_sent for t in trainers)
     wan = sum(link.carried for link in c.wan.values())
     egress = sum(c.hosts[t].up.carried for t in trainers) / sc.size
     return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed, egress)
+
+
+def _unpublish(s: Swarm, trainers: Sequence[str], freed: list[float]) -> None:
+    """Every trainer withdraws; ``freed`` gets the time the last one drained."""
+    left = [len(trainers)]
+
+    def drained() -> None:
+        left[0] -= 1
+        if not left[0]:
+            freed.append(s.e.now)
+
+    for t in trainers:
+        s.withdraw(t, drained)
+
+
+def _release_at(sc: Scenario) -> float | None:
+    """When TensorHub's trainers unpublish (see ``Scenario.trainer_unpublishes``)."""
+    return sc.train_step_s if sc.trainer_unpublishes else None
 
 
 def _preemptions(sc: Scenario, holders: Sequence[str], preempt: float) -> dict[str, float]:
@@ -340,7 +365,7 @@ def _standalone_tensorhub(
     trainers, rollouts, _ = _place(sc, c)
     pause = dict(zip(rollouts, sc.generation_times(len(rollouts)), strict=True))
     ctl = _control(sc, len(trainers) + len(rollouts))
-    th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause))
+    th = _tensorhub(sc, trainers, ctl.ready(rollouts, pause), release_at=_release_at(sc))
     return c, trainers, rollouts, pause, ctl, th
 
 
@@ -517,7 +542,7 @@ def crossdc(sc: Scenario) -> Outcome:
     if sc.remote_seed:  # a spare dc1 host (CPU memory) starts pulling at publish
         fetchers[spare[0]] = 0.0
     ctl = _control(sc, len(trainers) + len(fetchers))
-    th = _tensorhub(sc, trainers, ctl.ready(list(fetchers), fetchers))
+    th = _tensorhub(sc, trainers, ctl.ready(list(fetchers), fetchers), release_at=_release_at(sc))
     naive = pull_from_trainer(c, trainers, pause, sc.size, sc.wan_outage_s)
     wan = sc.topology.wan_gbytes * 1e9
     schemes = {

@@ -149,9 +149,9 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
     """The network refills only the flows that share links (transitively) with a change,
     and their followers (with no ``solve_depth``: exact); at every reallocation of a whole
     scenario (TensorHub's cut-through swarm and every baseline), each flow's rate must
-    equal what refilling every flow from scratch gives, bit for bit, and so must its cap
+    equal what refilling every flow from scratch gives, and so must its cap
     where either binds (a follower that fell behind keeps its last cap, which does not
-    bind, until its next re-solve lifts it)."""
+    bind, until its next re-solve lifts it), to within rounding."""
     print(f"[seed] {kind} seed={seed} (TENSORHUB_SEED={seed})")
     checked, loose = [0], [0]
     incremental = Network._reallocate
@@ -162,8 +162,16 @@ def test_refilling_only_stale_flows_gives_every_rate_a_full_refill_gives(
         for f in net.flows.values():
             got = (f.rate, f.cap.capacity if f.cap else None)
             rate, cap = want[f.id]
-            assert got[0] == rate, (net.engine.now, f.tag, got, want[f.id])
-            if got[1] != cap:
+            # Equal to the last bits but one: the two fillings subtract the same shares
+            # from a link in another order (the trainers unpublishing, standalone seed 2,
+            # gave 1016666666.6666667 against ...6666: one ulp).
+            assert got[0] == pytest.approx(rate, rel=1e-12), (
+                net.engine.now,
+                f.tag,
+                got,
+                want[f.id],
+            )
+            if got[1] != cap and not (got[1] and cap and got[1] == pytest.approx(cap, rel=1e-12)):
                 assert got[1] is not None and cap is not None, (f.tag, got, want[f.id])
                 assert f.rate < min(got[1], cap), (net.engine.now, f.tag, got, want[f.id])
                 loose[0] += 1

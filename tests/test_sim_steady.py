@@ -1,6 +1,7 @@
-"""Steps in a row (sim/steady.py) and what they rest on: a holder that lets go of a
-version in the simulated swarm (``Swarm.withdraw``, as ``Hub.unpublish``), the first full
-copy elsewhere (``when_replicated``), and the network not completing a cancelled flow."""
+"""The trainer unpublishing, in one step and in steps in a row (sim/steady.py), and what
+it rests on: a holder that lets go of a version in the simulated swarm
+(``Swarm.withdraw``, as ``Hub.unpublish``), the first full copy elsewhere
+(``when_replicated``), and the network not completing a cancelled flow."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from sim.__main__ import SCENARIOS, main
 from sim.engine import Engine
 from sim.network import Link, Network, Transfer
 from sim.scenario import Scenario, load
-from sim.steady import steady
+from sim.steady import SCHEMES, steady
 from sim.swarm import Swarm
 from sim.topology import GB, Cluster, TopologySpec
-from sim.workloads import _nccl, _place
+from sim.workloads import _nccl, _place, run
 from tests.test_sim_swarm import CFG
 
 
@@ -131,7 +132,33 @@ def test_steady_cli_writes_json_and_refuses_other_kinds(
     assert main(["steady", "--steps", "2", *args, "--json", str(out)]) == 0
     assert "2 steps in a row" in capsys.readouterr().out
     data = json.loads(out.read_text())
-    assert set(data["schemes"]) == {"tensorhub", "tensorhub, serves all", "nccl", "ucx"}
-    assert data["steps"] == 2 and data["wall_s"] >= 0
+    assert data["seeds"] == [1] and len(data["runs"]) == 1
+    assert set(data["runs"][0]["schemes"]) == set(data["over_seeds"]) == set(SCHEMES)
+    assert data["runs"][0]["steps"] == 2 and data["wall_s"] >= 0
     assert main(["steady", str(SCENARIOS / "elastic.yaml"), "--steps", "2"]) == 2
     assert main(["steady", "--steps", "1"]) == 2
+    assert main(["steady", "--seeds", "2", "--seed", "3"]) == 2
+
+
+def test_trainers_unpublishing_stall_less_and_send_less_than_serving_every_fetch() -> None:
+    """One step (``Scenario.trainer_unpublishes``): released at the next optimizer step
+    once a full copy is elsewhere, the trainers stall no longer and send no more than
+    when they serve every fetch; the rollouts finish from each other."""
+    sc = small(1)
+    out = {u: run(sc.replace(trainer_unpublishes=u)) for u in (True, False)}
+    mine = {u: o.schemes["tensorhub"] for u, o in out.items()}
+    assert mine[True].trainer_stall <= mine[False].trainer_stall
+    egress = {u: o.extra["trainer_egress_copies"] for u, o in out.items()}
+    assert egress[True] <= egress[False]
+
+
+def test_crossdc_seed_1_trainers_unpublish_without_a_livelock() -> None:
+    """Regression (seed 1 of the cross-DC scenario): once the trainers let go, four
+    chunks were held only by first-datacenter rollouts, out of sight of every fetcher in
+    the second (each knows its ``peers`` nearest); they asked the withdrawn trainers for
+    ever (50 M events). An "unknown version" reply now names a live holder of the chunk,
+    as the real holder view lists every holder."""
+    sc = load(SCENARIOS / "crossdc.yaml").replace(seed=1, strong_baselines=False)
+    o = run(sc)  # (raises if a fetcher did not finish)
+    assert o.events < 1_000_000
+    assert all(v < float("inf") for v in o.schemes["tensorhub"].rollout_stall.values())
