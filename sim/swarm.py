@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 import math
 import random
 from collections.abc import Callable, Hashable, Sequence
@@ -176,11 +175,11 @@ _OUTCOME = {
 Redirect)."""
 
 
-_WITHDRAWN_HINTS = 1
-"""Holders of a chunk named with an "unknown version" reply (Swarm._refuse_withdrawn):
-one, the least that keeps a chunk in sight. More drew fetchers onto the same busy holders
-(standalone, seed 1, the trainers unpublishing: rollouts stalled 18.0 s on average with
-none, 18.2 s with one, 20.9 s with four)."""
+_HOLDER_DRAWS = 8
+"""Holders of a chunk drawn at random by Swarm._pick_holder, the nearest live one taken
+(one holder named per chunk: four, the nearest by name, drew fetchers onto the same busy
+holders; standalone, seed 1, the trainers unpublishing: rollouts stalled 18.0 s on
+average with none named, 18.2 s with one, 20.9 s with four)."""
 
 
 def _ticket(t: Hashable) -> int:
@@ -227,6 +226,8 @@ class Swarm:
         self.on_replicated: Callable[[], None] | None = None  # see when_replicated
         self._elsewhere = bytearray(cfg.chunks)  # chunks some non-origin holder has whole
         self._elsewhere_left = cfg.chunks
+        self._held_by: list[list[str]] = [[] for _ in range(cfg.chunks)]  # whole, ever
+        self._leaving: list[str] = []  # withdrew; the holder view drops them (_forget)
         self._with_news: list[str] = []  # fetchers to plan at the next tick (_news)
         n = cfg.chunks
 
@@ -244,6 +245,10 @@ class Swarm:
                 node.seeder = SuperSeeder(n, cfg.reserve_after, cfg.seed_spare)
         for h in holders:  # complete replicas that are not origins (earlier fetchers)
             self.nodes[h] = _Node(h, bytearray(b"\1" * n), slots=slots())
+        for name, node in self.nodes.items():
+            for c in range(n):
+                if node.have[c]:
+                    self._held_by[c].append(name)
         for f in fetchers:
             self.nodes[f] = _Node(f, bytearray(n), slots=slots())
         self.fetchers = list(fetchers)
@@ -348,7 +353,50 @@ class Swarm:
         self._unlisted.add(name)
         self._dc_members[self.c.hosts[name].dc] -= 1
         self._members.pop(self.c.hosts[name].dc, None)
+        if not self._leaving:
+            self.e.later(self.cfg.hint_delay, self._forget)
+        self._leaving.append(name)
         self._maybe_drained(node)
+
+    def _forget(self) -> None:
+        """Gossip has carried the withdrawals: every fetcher plans without those holders
+        (in the real holder view they are gone), and a chunk none of its known sources
+        holds any more is looked for elsewhere (the real view lists every holder; a
+        simulated fetcher knows its ``peers``): one live holder of it, as
+        :meth:`_pick_holder` finds."""
+        gone, self._leaving = self._leaving, []
+        for f in self.fetchers:
+            node = self.nodes[f]
+            session, p = node.session, node.planner
+            if session is None or p is None or node.dead or node.finished is not None:
+                continue
+            known = [g for g in gone if g in p.sources]
+            for g in known:
+                session.source_gone(g)
+            if not known:
+                continue
+            for c in p.unheld():
+                h = self._pick_holder(f, c)
+                if h is not None:
+                    session.add_chunk(h, c, self.c.tier(f, h))
+            if node.started is not None:
+                self._news(f, node)
+
+    def _pick_holder(self, f: str, c: int) -> str | None:
+        """A live holder of chunk ``c`` for ``f``: the nearest of a few drawn at random
+        from those that ever held it whole (at random: by name, every fetcher herded onto
+        the same few), or of all of them if none of those is live."""
+        everyone = self._held_by[c]
+        if not everyone:
+            return None
+
+        def usable(g: str) -> bool:
+            node = self.nodes[g]
+            return g != f and not node.dead and not node.withdrawn
+
+        draws = [everyone[self.rng.randrange(len(everyone))] for _ in range(_HOLDER_DRAWS)]
+        pool = [g for g in draws if usable(g)] or [g for g in everyone if usable(g)]
+        return min(pool, key=lambda g: self.c.tier(f, g), default=None)
 
     def _maybe_drained(self, node: _Node) -> None:
         if node.on_drained is not None and not node.slots.active and not node.slots.waiting:
@@ -509,23 +557,14 @@ class Swarm:
             fetcher.landing(c)
 
     def _refuse_withdrawn(self, f: str, r: Request, back: float) -> None:
-        """Answer "unknown version", and let ``f`` find ``r``'s chunk elsewhere: the real
-        holder view lists every holder of the version, where a simulated fetcher knows
-        only its ``peers``, so once the origins let go a chunk could be out of sight of a
-        whole datacenter's fetchers (a livelock: cross-DC, seed 1). A live holder of the
-        chunk comes with the refusal, as the holder view would show it: the nearest,
-        at random among equals (by name, every fetcher herded onto the same few)."""
-        c = r.chunk
-        found = heapq.nsmallest(
-            _WITHDRAWN_HINTS,
-            (
-                g
-                for g, node in self.nodes.items()
-                if node.have[c] and g != f and not node.dead and not node.withdrawn
-            ),
-            key=lambda g: (self.c.tier(f, g), self.rng.random()),  # (nearest; no herd)
-        )
-        self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, tuple(found)))
+        """Answer "unknown version" (a request sent before the withdrawal reached ``f``),
+        naming a live holder of the chunk, as :meth:`_forget` does: the real holder view
+        lists every holder of the version, where a simulated fetcher knows only its
+        ``peers``, so once the origins let go a chunk could be out of sight of a whole
+        datacenter's fetchers (a livelock: cross-DC, seed 1)."""
+        h = self._pick_holder(f, r.chunk)
+        found = (h,) if h is not None else ()
+        self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, found))
 
     def _feeds(self, f: str, s: str, c: int) -> bool:
         """Do ``s``'s bytes of chunk ``c`` come, through a chain of cut-through requests,
@@ -642,6 +681,7 @@ class Swarm:
         self._perform(f, session.verified(r))
         if first:
             self.e.trace("chunk", f, r.chunk, s)
+            self._held_by[r.chunk].append(f)
             if not self._elsewhere[r.chunk]:
                 self._elsewhere[r.chunk] = 1
                 self._elsewhere_left -= 1

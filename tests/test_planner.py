@@ -992,3 +992,17 @@ def test_a_new_fetcher_wakes_only_chunks_that_wait_on_an_owners_turn() -> None:
     q.set_source("mate2", 1, ())
     assert q.set_dc_view(DcView.of(["me", "mate", "mate2", "far"]))  # a new rack-mate
     assert not q._asleep
+
+
+def test_unheld_lists_what_no_known_source_holds_and_a_full_source_covers_all() -> None:
+    """What the simulator looks elsewhere for when holders leave (Swarm._forget)."""
+    p = planner(n=4)
+    assert p.unheld() == [0, 1, 2, 3]
+    p.set_source("a", 1, [0, 2])
+    assert p.unheld() == [1, 3]
+    p.received(1, "a")  # (we have it now: not wanted)
+    assert p.unheld() == [3]
+    p.remove_source("a")
+    assert p.unheld() == [0, 2, 3]
+    p.set_source("b", 1, range(4))  # a complete holder
+    assert p.unheld() == []

@@ -77,6 +77,12 @@ def test_a_withdrawn_origin_finishes_its_uploads_then_serves_nothing(seed: int) 
     assert len(drained) == 1 and drained[0] >= withdrew[0]
     assert withdrew[0] < max(s.nodes[f].finished or 0.0 for f in s.fetchers)
     assert origin.slots.active == 0 and origin.slots.waiting == 0
+    # The holder view lists it no more: a fetcher still fetching once that news is out
+    # plans without it.
+    late = [f for f in s.fetchers if (s.nodes[f].finished or 0.0) > withdrew[0] + CFG.hint_delay]
+    for f in late:
+        p = s.nodes[f].planner
+        assert p is not None and hosts[0] not in p.sources, f
     # Nothing it sent arrived after it drained (its last upload ended then).
     assert origin.last_sent <= drained[0]
     with pytest.raises(ValueError, match="no replica"):

@@ -561,6 +561,15 @@ class ChunkPlanner:
                     self._drop(name, c)
         return [r.chunk for r in self._forget_requests(name)]
 
+    def unheld(self) -> list[int]:
+        """Chunks we lack that no known source holds. The node's holder view lists every
+        holder, so there it means no one has them yet; the simulator gives each fetcher a
+        few peers, and looks elsewhere for these when holders leave."""
+        if self._full:
+            return []
+        have, held = self.have, self._holders
+        return [c for c in range(self.num_chunks) if not have[c] and not held[c]]
+
     def _forget_requests(self, source: str) -> list[Request]:
         """Every request in flight to ``source`` off the books (each chunk no one else is
         asked for goes back to the pool); returns them as they were (duplicate or not)."""

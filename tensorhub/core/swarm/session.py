@@ -190,6 +190,14 @@ class FetchSession:
         self.planner.seen_all_but(dead)
 
     @_input
+    def source_gone(self, name: str) -> None:
+        """The holder view lists ``name`` no more: it let go of the version (unpublished).
+        Plan without it; what is in flight from it goes on (its uploads drain), and a
+        chunk only it was asked for goes back to the pool (a duplicate, if both land, loses
+        as any endgame twin does)."""
+        self.planner.remove_source(name)
+
+    @_input
     def suspend(self, name: str, ticks: int) -> None:
         """Ask ``name`` for nothing new for ``ticks`` (gossip suspects it)."""
         self.planner.suspend(name, ticks)
