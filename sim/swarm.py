@@ -221,7 +221,9 @@ class Swarm:
         self.origins = list(origins)
         self._tickets = 0
         self._dead: set[str] = set()  # nodes that crashed
-        self._unlisted: set[str] = set()  # the holder view lists them no more: dead, withdrawn
+        # The holder view lists them no more (dead, withdrawn): one frozenset, replaced on a
+        # change, so each planner sees the same object and skips it (seen_all_but) until then.
+        self._unlisted: frozenset[str] = frozenset()
         self.on_done: Callable[[str], None] | None = None  # called as each fetcher finishes
         self.on_replicated: Callable[[], None] | None = None  # see when_replicated
         self._elsewhere = bytearray(cfg.chunks)  # chunks some non-origin holder has whole
@@ -320,7 +322,7 @@ class Swarm:
             self._members.pop(self.c.hosts[name].dc, None)
         node.dead = True
         self._dead.add(name)
-        self._unlisted.add(name)
+        self._unlisted = self._unlisted | {name}
         for r, t in list(node.inflight.items()):
             if t is not None:
                 self.net.cancel(t)
@@ -350,7 +352,7 @@ class Swarm:
             raise ValueError(f"{name} holds no replica to withdraw")
         node.withdrawn = True
         node.on_drained = drained
-        self._unlisted.add(name)
+        self._unlisted = self._unlisted | {name}
         self._dc_members[self.c.hosts[name].dc] -= 1
         self._members.pop(self.c.hosts[name].dc, None)
         if not self._leaving:

@@ -529,11 +529,13 @@ class ChunkPlanner:
         without a list of names built for each call (the simulator, which knows who died,
         tells each fetcher at every tick; the lists were a tenth of a 6,144-GPU run)."""
         self._changes += 1
-        sources = self.sources
-        for name in dead:  # (the dead are few; the sources, a trainer's every host)
-            if name not in self._unlisted and (src := sources.get(name)) is not None:
-                src.seen_at = max(src.seen_at, self._listed)  # listed last time: keep that
-        self._listed, self._unlisted = self.now, frozenset(dead)
+        if dead is not self._unlisted:  # (the very set we were given last time: none new)
+            sources = self.sources
+            for name in dead:  # (the dead are few; the sources, a trainer's every host)
+                if name not in self._unlisted and (src := sources.get(name)) is not None:
+                    src.seen_at = max(src.seen_at, self._listed)  # listed last time: keep
+            self._unlisted = dead if isinstance(dead, frozenset) else frozenset(dead)
+        self._listed = self.now
 
     def _seen(self, name: str, src: SourceInfo) -> int:
         """The tick the holder view last listed ``name`` as alive: its own, or the last
