@@ -317,7 +317,7 @@ class Swarm:
         node = self.nodes[name]
         if node.started is not None and node.finished is None and not node.dead:
             self._count(name, -1)
-        if not node.dead:
+        if not node.dead and not node.withdrawn:  # (withdrawing already counted it out)
             self._dc_members[self.c.hosts[name].dc] -= 1
             self._members.pop(self.c.hosts[name].dc, None)
         node.dead = True
@@ -407,9 +407,12 @@ class Swarm:
 
     def when_replicated(self, then: Callable[[], None]) -> None:
         """Call ``then`` once every chunk is held whole by some node that is not an origin
-        (``Hub.wait_replicated``: one full copy exists elsewhere), now if it already is."""
+        (``Hub.wait_replicated``: one full copy exists elsewhere), now if it already is.
+        One waiter at a time (the trainers' release is the only one)."""
         if not self._elsewhere_left:
             then()
+        elif self.on_replicated is not None:
+            raise ValueError("already waiting for the first full copy elsewhere")
         else:
             self.on_replicated = then
 
