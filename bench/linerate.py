@@ -464,7 +464,7 @@ def _round(
             results[label]["simulated_over_one_copy"] = [
                 max(t for i, t in enumerate(e, 1) if case is None or i != victim) for e in each
             ]
-            if kind in ("slow", "late"):  # (a killed one has no time; "stops" has no victim)
+            if case is not None and kind in ("slow", "late"):  # (killed: no time; stops: no victim)
                 results[label]["simulated_victim_over_its_bound"] = [
                     e[victim - 1] / case.bound for e in each
                 ]
