@@ -47,14 +47,15 @@ from typing import Any
 
 from rich.table import Table
 
-from .baselines import pull_from_trainer, ring_broadcast
+from .baselines import pull_from_trainer
 from .engine import Engine
 from .headlines import Spread
 from .network import Network
 from .scenario import Scenario
+from .strong import nccl_ring_s
 from .swarm import Swarm
 from .topology import Cluster
-from .workloads import _control, _place
+from .workloads import _control, _place, trainer_slices, unpublish
 
 SCHEMES = ("tensorhub", "tensorhub, serves all", "nccl", "ucx")
 
@@ -119,21 +120,13 @@ class _SwarmLoop:
         self.net = Network(self.e, depth=sc.solve_depth)
         self.c = Cluster.build(sc.topology, host_rate=sc.node_rate)
         self.trainers, self.rollouts, _ = _place(sc, self.c)
-        ctl = _control(sc, len(self.trainers) + len(self.rollouts))
         # After a publish, when each instance has heard of it (committed, then gossiped).
-        self.heard = {
-            f: ctl.commit_s + ctl.heard_s[(i + 1) % len(ctl.heard_s)]
-            for i, f in enumerate(self.rollouts)
-        }
+        self.heard = _control(sc, len(self.trainers) + len(self.rollouts)).heard(self.rollouts)
         n = len(self.rollouts)
         self.gen = [
             dict(zip(self.rollouts, sc.generation_times(n, k), strict=True)) for k in range(steps)
         ]
-        chunks = sc.swarm.chunks
-        stride = max(1, min(len(self.trainers), chunks))  # trainer j holds j, j + stride, ...
-        self.slices: dict[str, Sequence[int]] = {
-            t: range(j % chunks, chunks, stride) for j, t in enumerate(self.trainers)
-        }
+        self.slices = trainer_slices(self.trainers, sc.swarm.chunks)
         self.swarms: list[Swarm] = []
         self.publish: list[float] = []
         self.free: list[float] = []
@@ -217,29 +210,30 @@ class _SwarmLoop:
             self._all_done[k] = release
 
     def _release(self, k: int) -> None:
-        left = [len(self.trainers)]
+        unpublish(self.swarms[k], self.trainers, functools.partial(self._released, k))
 
-        def drained() -> None:
-            left[0] -= 1
-            if not left[0]:
-                self.free.append(self.e.now)
-                if k + 1 < self.steps:
-                    self._publish()
-
-        for t in self.trainers:
-            self.swarms[k].withdraw(t, drained)
+    def _released(self, k: int) -> None:
+        """The trainers' uploads of v_k drained: it may mutate them, and publish again."""
+        self.free.append(self.e.now)
+        if k + 1 < self.steps:
+            self._publish()
 
 
 # -- the baselines ---------------------------------------------------------------------------
 
 
+def _pauses(p: float, resumed: dict[str, float], gen: dict[str, float]) -> dict[str, float]:
+    """When each instance pauses for the version published at ``p``: its generation
+    time after the publish, or after it resumed with the last version if that is later."""
+    return {f: max(p, resumed[f]) + g for f, g in gen.items()}
+
+
 def _nccl_steps(sc: Scenario, members: int, gen: list[dict[str, float]], steps: int) -> Steps:
-    ring = ring_broadcast(sc.size, members, sc.nic, sc.nccl_chunk_mb * 1e6,
-                          4 * sc.topology.hop_latency)  # fmt: skip
+    ring = nccl_ring_s(sc, members, sc.nic)
     publish, free, stalls = [], [], []
     p, resumed = 0.0, dict.fromkeys(gen[0], 0.0)
     for k in range(steps):
-        pause = {f: max(p, resumed[f]) + g for f, g in gen[k].items()}
+        pause = _pauses(p, resumed, gen[k])
         end = max(pause.values()) + ring
         publish.append(p)
         free.append(end)
@@ -253,7 +247,7 @@ def _ucx_steps(sc: Scenario, trainers: list[str], gen: list[dict[str, float]], s
     publish, free, stalls = [], [], []
     p, resumed = 0.0, dict.fromkeys(gen[0], 0.0)
     for k in range(steps):
-        pause = {f: max(p, resumed[f]) + g for f, g in gen[k].items()}
+        pause = _pauses(p, resumed, gen[k])
         # The trainer serves every pull before it may publish again, so no two versions
         # are ever in flight: each step runs on a network of its own, from its publish.
         pulls = pull_from_trainer(

@@ -72,11 +72,17 @@ def staged_stalls(
     return {r: max(0.0, done[r] - pause[r]) + h2d_s(sc) for r in pause}
 
 
-def nccl_staged_done(sc: Scenario, members: int, rate: float) -> float:
-    """When a static ring started at the publish has filled every staging buffer."""
+def nccl_ring_s(sc: Scenario, members: int, rate: float) -> float:
+    """Seconds a pipelined NCCL ring of ``members`` takes to broadcast the model at
+    ``rate`` (the scenario's pipeline chunk, four hops a step): every NCCL baseline's."""
     return ring_broadcast(
         sc.size, members, rate, sc.nccl_chunk_mb * 1e6, 4 * sc.topology.hop_latency
     )
+
+
+def nccl_staged_done(sc: Scenario, members: int, rate: float) -> float:
+    """When a static ring started at the publish has filled every staging buffer."""
+    return nccl_ring_s(sc, members, rate)
 
 
 def relay_then_ring(
@@ -95,9 +101,7 @@ def relay_then_ring(
     members = len(remote) + 1
     hop = sc.nccl_chunk_mb * 1e6 / sc.nic + 4 * sc.topology.hop_latency
     barrier = max(pause[r] for r in remote)
-    end = max(barrier + ring_broadcast(sc.size, members, sc.nic, sc.nccl_chunk_mb * 1e6,
-                                       4 * sc.topology.hop_latency),
-              got + (members - 1) * hop)  # fmt: skip
+    end = max(barrier + nccl_ring_s(sc, members, sc.nic), got + (members - 1) * hop)
     return {r: end - pause[r] for r in remote}, pulled.senders_free, pulled.wan_bytes
 
 

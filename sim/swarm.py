@@ -220,7 +220,6 @@ class Swarm:
         self.nodes: dict[str, _Node] = {}
         self.origins = list(origins)
         self._tickets = 0
-        self._dead: set[str] = set()  # nodes that crashed
         # The holder view lists them no more (dead, withdrawn): one frozenset, replaced on a
         # change, so each planner sees the same object and skips it (seen_all_but) until then.
         self._unlisted: frozenset[str] = frozenset()
@@ -321,7 +320,6 @@ class Swarm:
             self._dc_members[self.c.hosts[name].dc] -= 1
             self._members.pop(self.c.hosts[name].dc, None)
         node.dead = True
-        self._dead.add(name)
         self._unlisted = self._unlisted | {name}
         for r, t in list(node.inflight.items()):
             if t is not None:

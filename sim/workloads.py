@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xxhash
 
-from .baselines import Pulls, pull_from_trainer, push_then_pull, ring_broadcast, wan_outage
+from .baselines import Pulls, pull_from_trainer, push_then_pull, wan_outage
 from .control import commit_publish, spread_version
 from .engine import Engine
 from .network import Network
 from .scenario import Scenario
 from .strong import (
     Versus,
+    nccl_ring_s,
     nccl_staged_done,
     rack_chains,
     relay_then_ring,
@@ -212,9 +213,6 @@ def _tensorhub(
     net = Network(e, depth=sc.solve_depth)
     c = Cluster.build(sc.topology, host_rate=sc.node_rate)
     wan_outage(e, net, c, sc.wan_outage_s)
-    n = sc.swarm.chunks
-    step = max(1, min(len(trainers), n))  # trainer j holds chunks j, j + step, ...
-    slices: dict[str, Sequence[int]] = {t: range(j % n, n, step) for j, t in enumerate(trainers)}
     s = Swarm(
         e,
         net,
@@ -225,7 +223,7 @@ def _tensorhub(
         sc.swarm,
         seed=sc.seed,
         holders=holders,
-        origin_chunks=slices,
+        origin_chunks=trainer_slices(trainers, sc.swarm.chunks),
     )
     s.start(at=fetchers)
     crashes = _preemptions(sc, holders, preempt)
@@ -234,7 +232,8 @@ def _tensorhub(
     crashed = list(crashes)
     freed: list[float] = []
     if release_at is not None:
-        e.at(release_at, lambda: s.when_replicated(lambda: _unpublish(s, trainers, freed)))
+        release = functools.partial(unpublish, s, trainers, lambda: freed.append(e.now))
+        e.at(release_at, lambda: s.when_replicated(release))
     e.run()
     _check_swarm(s, crashed)
     done = {f: s.nodes[f].finished or float("inf") for f in fetchers}
@@ -244,14 +243,21 @@ def _tensorhub(
     return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed, egress)
 
 
-def _unpublish(s: Swarm, trainers: Sequence[str], freed: list[float]) -> None:
-    """Every trainer withdraws; ``freed`` gets the time the last one drained."""
+def trainer_slices(trainers: Sequence[str], chunks: int) -> dict[str, Sequence[int]]:
+    """Which chunks each trainer host holds: trainer j chunks j, j + step, ... (a sharded
+    trainer, every host its slice)."""
+    step = max(1, min(len(trainers), chunks))
+    return {t: range(j % chunks, chunks, step) for j, t in enumerate(trainers)}
+
+
+def unpublish(s: Swarm, trainers: Sequence[str], then: Callable[[], None]) -> None:
+    """Every trainer withdraws from ``s``; ``then`` once the last one has drained."""
     left = [len(trainers)]
 
     def drained() -> None:
         left[0] -= 1
         if not left[0]:
-            freed.append(s.e.now)
+            then()
 
     for t in trainers:
         s.withdraw(t, drained)
@@ -295,13 +301,16 @@ class _Control:
     leader_changes: int
     hashes: tuple[str, str]
 
+    def heard(self, fetchers: Sequence[str]) -> dict[str, float]:
+        """When each fetcher has heard of the version after its publish (committed, then
+        gossiped). Node i of the gossip run stands for fetcher i."""
+        n = len(self.heard_s)
+        return {f: self.commit_s + self.heard_s[(i + 1) % n] for i, f in enumerate(fetchers)}
+
     def ready(self, fetchers: Sequence[str], at: dict[str, float]) -> dict[str, float]:
         """When each fetch may begin: its instance has paused and it has heard of the
-        version (committed, then gossiped). Node i of the gossip run stands for fetcher i."""
-        return {
-            f: max(at[f], self.commit_s + self.heard_s[(i + 1) % len(self.heard_s)])
-            for i, f in enumerate(fetchers)
-        }
+        version."""
+        return {f: max(at[f], h) for f, h in self.heard(fetchers).items()}
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -350,8 +359,7 @@ def _nccl(
     outage: tuple[float, float] | None = None,
 ) -> Scheme:
     barrier = max(pause.values()) + rebuild
-    t = ring_broadcast(sc.size, members, rate, sc.nccl_chunk_mb * 1e6, 4 * sc.topology.hop_latency)
-    end = barrier + t
+    end = barrier + nccl_ring_s(sc, members, rate)
     if outage is not None and outage[0] < end and outage[1] > barrier:  # the ring stalls
         end += outage[1] - max(outage[0], barrier)
     return Scheme("nccl", {r: end - g for r, g in pause.items()}, max(0.0, end - sc.train_step_s))
