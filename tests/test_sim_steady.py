@@ -93,6 +93,8 @@ def test_replicated_once_a_full_copy_is_elsewhere(seed: int) -> None:
     s, e, _hosts = _swarm(seed)
     when: list[float] = []
     s.when_replicated(lambda: when.append(e.now))
+    with pytest.raises(ValueError, match="already waiting"):  # one waiter at a time
+        s.when_replicated(lambda: None)
     s.start()
     e.run(until=600)
     first_done = min(s.nodes[f].finished or float("inf") for f in s.fetchers)
