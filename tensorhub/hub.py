@@ -565,9 +565,22 @@ class Hub:
             # A member whose status changed is listed anew if it holds the version: one
             # back from suspicion or a false death was dropped as a source meanwhile, and a
             # complete holder advertises nothing new that would bring it back.
-            news = self._sources(*key, names | members, health)
+            news = replace(
+                self._sources(*key, names | members, health), gone=self._withdrawn(key, names)
+            )
             for tell in list(tells):
                 tell(news)
+
+    def _withdrawn(self, key: tuple[str, int], changed: set[str]) -> list[str]:
+        """Addresses of the nodes among ``changed`` (their advertisement of ``key`` changed)
+        that advertise it no more: they unpublished it, or a fetch of it failed there."""
+        core = self.gossip.core
+        held = core.holders.holders(*key)
+        return [
+            a
+            for n in sorted(changed)
+            if n not in held and (a := core.addr_of(n)) is not None and a != self.address
+        ]
 
     def _locate(self, name: str) -> tuple[str, int] | None:
         """A node's address and locality tier from us, from gossip (for redirects)."""

@@ -269,6 +269,32 @@ async def test_a_holder_back_from_suspicion_is_a_source_again(tmp_path: Path) ->
         assert not roll._source_watch
 
 
+async def test_a_holder_that_unpublishes_is_news_of_a_gone_source(tmp_path: Path) -> None:
+    """When gossip withdraws a holder's advertisement, the fetches watching that version
+    hear it as ``gone`` (and plan without it, tests/test_swarm.py), not only holders
+    that appeared or grew."""
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        pub = await voters[0].publish("policy", 1, weights(1))
+        await rolls[0].fetch("policy", 1, empty_like_manifest(pub.manifest))
+        heard: list[SourceNews] = []
+        unwatch = rolls[1]._watch_sources("policy@0", 1, heard.append)
+        try:
+            for _ in range(500):  # until gossip lists both holders here
+                if len(rolls[1]._sources("policy@0", 1).holders) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(rolls[1]._sources("policy@0", 1).holders) == 2
+            assert not await voters[0].unpublish("policy", 1, keep_copy=False)
+            for _ in range(500):
+                if any(voters[0].address in n.gone for n in heard):
+                    break
+                await asyncio.sleep(0.01)
+            assert any(voters[0].address in n.gone for n in heard), heard
+            assert [h.addr for h in rolls[1]._sources("policy@0", 1).holders] == [rolls[0].address]
+        finally:
+            unwatch()
+
+
 async def test_gossip_and_raft_do_not_share_the_chunk_connection(tmp_path: Path) -> None:
     """Control messages travel on a connection of their own (Node.control_peer): queued
     behind chunk payload on a saturated NIC, a gossip probe missed its ack and a live

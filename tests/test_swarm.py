@@ -13,6 +13,7 @@ from tensorhub.core.errors import ChecksumMismatch, RemoteError, TransferError
 from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
+from tensorhub.core.swarm.session import Input
 from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PeerHandler
@@ -149,6 +150,46 @@ async def test_stale_hint_is_survived() -> None:
         await swarm_fetch(
             me, "m", 1, into, [Holder(gone.address, 0), Holder(a.address, 3)], expected_root=m.root
         )
+        assert all(same_bytes(sd[k], into[k]) for k in sd)
+
+
+class _SaysGone(PushedView):
+    """A view that, as soon as a fetch watches it, says ``addr`` let go of the version."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__()
+        self.addr = addr
+
+    def watch_sources(
+        self, model: str, version: int, tell: Callable[[SourceNews], None]
+    ) -> Unwatch:
+        unwatch = super().watch_sources(model, version, tell)
+        asyncio.get_running_loop().call_soon(tell, SourceNews(gone=[self.addr]))
+        return unwatch
+
+
+async def test_a_holder_the_view_says_let_go_is_planned_without() -> None:
+    """A holder whose advertisement was withdrawn (it unpublished) leaves the fetch's
+    sources: before, only new holders were applied, and a fetcher asked one that had
+    unpublished again every ``gone_ticks`` until its fetch ended."""
+    sd = model(4)
+    async with nodes(3) as (a, gone, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        gone.serve("m", 1, sd, chunk_size=1 << 20)
+        await gone.withdraw("m", 1)
+        record: list[Input] = []
+        into = empty_like_manifest(m)
+        await swarm_fetch(
+            me,
+            "m",
+            1,
+            into,
+            [Holder(gone.address, 0), Holder(a.address, 3)],
+            expected_root=m.root,
+            view=_SaysGone(gone.address),
+            record=record,
+        )
+        assert ("source_gone", (gone.address,)) in [(i.method, i.args) for i in record]
         assert all(same_bytes(sd[k], into[k]) for k in sd)
 
 

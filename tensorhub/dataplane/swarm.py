@@ -245,6 +245,9 @@ def _use(session: FetchSession, holders: Iterable[Holder]) -> None:
 def _apply(session: FetchSession, driver: _Driver, news: SourceNews) -> None:
     """One piece of source news, into the session."""
     _use(session, news.holders)
+    for name in news.gone:
+        if name in session.planner.sources:
+            session.source_gone(name)
     if news.dc_fetchers is not None:
         session.set_dc_fetchers(news.dc_fetchers, news.dc_members or ())
     if news.health is not None:

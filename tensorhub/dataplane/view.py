@@ -40,12 +40,16 @@ class SourceNews:
     fetch knew of it). ``dc_fetchers``/``dc_members``: when not None, our datacenter's
     fetchers of the version and its other live members, now (the WAN-owner candidates).
     ``health``: when not None, what gossip says now of each member with news, by address
-    (a source declared dead is dropped; a suspect gets no new requests)."""
+    (a source declared dead is dropped; a suspect gets no new requests). ``gone``: holders
+    whose advertisement was withdrawn (they unpublished, or a failed fetch let go): the
+    fetch plans without them instead of asking them again every ``gone_ticks`` and being
+    told "withdrawn" each time."""
 
     holders: list[Holder] = field(default_factory=list)
     dc_fetchers: list[str] | None = None
     dc_members: list[str] | None = None
     health: Mapping[str, Status] | None = None
+    gone: list[str] = field(default_factory=list)
 
 
 NO_NEWS = SourceNews()
