@@ -290,8 +290,7 @@ class Swarm:
                 session.set_source(o, self.c.tier(f, o), self.origin_chunks[o], True)
             for h in holders:
                 session.set_source(h, self.c.tier(f, h), range(cfg.chunks))
-            for p in peers:
-                session.set_source(p, self.c.tier(f, p), ())
+            for p in peers:  # (listed as sources once they begin: see _listed)
                 self.nodes[p].followers.append(f)
 
     # -- running -------------------------------------------------------------------------------
@@ -310,6 +309,26 @@ class Swarm:
         self.nodes[f].started = self.e.now
         self._count(f, +1)
         self._pump(f)
+        self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f))
+
+    def _listed(self, f: str) -> None:
+        """``f`` began its fetch ``hint_delay`` ago: the holder views of those with it in
+        their peer set list it now, with what it holds, as the node's holder view lists a
+        fetcher once it announced its (empty) replica. Listed from the start instead, a
+        fetcher that began a moment late answered "unknown version" as a known source
+        (backed off ``gone_ticks``), where the node still takes it for a member that is
+        about to begin and waits for it (``ChunkPlanner._not_started``): a relay link
+        starting 0.2 ms after its downstream cost the simulated chain 25 % of a copy, and
+        none of the namespace runs (bench/linerate.py, links up to 12 ms apart)."""
+        node = self.nodes[f]
+        if node.dead or node.withdrawn:
+            return
+        held = [c for c in range(self.cfg.chunks) if node.have[c]]
+        for g in node.followers:
+            other = self.nodes[g]
+            if other.session is not None and other.finished is None and not other.dead:
+                other.session.set_source(f, self.c.tier(g, f), held)
+                self._news(g, other)
 
     def crash(self, name: str) -> None:
         """Kill a node: its transfers stop, others find out when their requests fail."""

@@ -38,3 +38,38 @@ def test_rounds_report_medians_and_keep_each_round() -> None:
     assert _ratio(out) == "1.200 [1.050-1.200]"
     broken = _medians([{"c": r(None, 1.0)}, {"c": r(None, 1.0)}])["c"]  # type: ignore[arg-type]
     assert broken["last_over_one_copy"] is None
+
+
+def test_the_prediction_starts_each_receiver_where_it_began_and_counts_from_the_first() -> None:
+    """bench/linerate.py feeds the simulator each receiver's measured start (not all at
+    once) and reads its prediction as it reads the run: first start to last end."""
+    import argparse
+
+    from bench.linerate import Case, _predicted
+
+    args = argparse.Namespace(rate=1000.0)
+    size = 16 << 20
+    copy = size / (1000e6 / 8)
+    starts = {"r1": 0.0, "r2": 0.0, "r3": 0.0, "r4": 0.0}
+    together = _predicted(args, 4, size, 4 << 20, "node", {}, None, starts)
+    one_late = _predicted(args, 4, size, 4 << 20, "node", {}, None, {**starts, "r4": copy})
+    for a, b in zip(
+        together["simulated_over_one_copy"], one_late["simulated_over_one_copy"], strict=True
+    ):
+        assert a >= 1.0 and b >= 2.0  # r4 began a copy late: it ends a copy after that at best
+    killed = _predicted(args, 4, size, 4 << 20, "node", {}, Case("killed", 3, copy / 2), starts)
+    assert len(killed["simulated_over_one_copy"]) == 3  # seeds 1-3, r3 not counted
+
+
+def test_rounds_keep_every_rounds_prediction() -> None:
+    """With --rounds each round is predicted from its own starts; the merged row holds
+    every round's predictions, so #18's check compares medians of like with like."""
+    from bench.linerate import _medians
+
+    def r(ratio: float, sim: list[float]) -> dict[str, object]:
+        return {"seconds": ratio, "last_over_one_copy": ratio, "publisher_egress_models": 1.0,
+                "duplicate_fraction": 0.0, "cpu_seconds_per_gb": 1.0, "cpu_busy_fraction": 0.5,
+                "healthy_short": 0, "simulated_over_one_copy": sim}  # fmt: skip
+
+    out = _medians([{"t": r(1.4, [1.5, 1.6])}, {"t": r(1.5, [1.3, 1.4])}])["t"]  # type: ignore[arg-type]
+    assert out["simulated_over_one_copy"] == [1.5, 1.6, 1.3, 1.4]

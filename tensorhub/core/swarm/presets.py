@@ -43,10 +43,13 @@ class DataPlaneConfig:
     redirected to the node it went to (SuperSeeder(origin=False)). Without it, the first
     node to hold a chunk serves it to nearly every other: they all ask it at once, rarest
     first (a receiver at half rate uploaded 59-66 of the 64 chunks of a 256 MiB model, at
-    half rate: sim/fanout, seed 1). Off by default: simulated, it takes the NIC-limited
+    half rate: sim/fanout, seed 1). Off by default: simulated, it took the NIC-limited
     fan-out of 8 from 1.72x one copy to 1.35x at 256 MiB and the standalone step's trainer
     stall from 7.0 to 5.8 s, but the cross-DC step's from 9.5 to 17.8 s (docs/results.md,
-    session 15, with the measured fan-out). ``node:every_holder_seeds=true`` runs it."""
+    session 15, with the measured fan-out). The 1.72x was the simulator's: it listed
+    fetchers as sources before they began (session 19); listed as the node lists them,
+    origin-only seeding predicts 1.33-1.41x (seeds 1-3) and every holder 1.35-1.38x, and
+    the namespaces measured 1.37-1.80x. ``node:every_holder_seeds=true`` runs it."""
     cut_through: bool = False
     """Serve a chunk while its bytes land here, not once it is verified (the asker
     verifies it against the manifest either way): each hop of a relay then trails its
