@@ -471,16 +471,15 @@ def _predicted(
 ) -> dict[str, list[float]]:
     """The simulator's prediction of one tensorhub round (seeds 1-3): the last healthy
     receiver over one copy, counted as measured (from the first start to the last end),
-    each receiver beginning when it began in the round. Starting all of them at once was
-    a setting no run had: the simulated publisher then served each receiver's first
-    requests in name order, one receiver took 17 of the 64 chunks from it and uploaded
-    1.7 models, and the prediction (1.66x) was 16 % above the measured median (1.44x)
-    (docs/results.md, "The simulator starts each receiver when it began"). The killed
-    victim, gone before its start could be read, is taken to begin with the last one."""
+    each receiver beginning when it began in the round (they began up to 21 ms apart;
+    with every receiver starting at once, a simulated relay link a fraction of a
+    millisecond late had tangled the chain: docs/results.md, "A fetcher is a source once
+    it began"). The killed victim, gone before its start could be read, is taken to
+    begin with the last one."""
     copy = size / (args.rate * 1e6 / 8)  # predict_each's copy: the NIC's, not the p2p run's
     began = {int(k[1:]): t / copy for k, t in starts.items()}
-    began.setdefault(case.victim if case is not None else 0, max(began.values(), default=0.0))
-    began.pop(0, None)
+    if case is not None and case.victim and case.victim not in began:
+        began[case.victim] = max(began.values())
     kind = case.kind if case is not None else None
     killed = None
     if case is not None and kind == "killed":  # (killed once every fetch had begun)

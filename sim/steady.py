@@ -228,37 +228,48 @@ def _pauses(p: float, resumed: dict[str, float], gen: dict[str, float]) -> dict[
     return {f: max(p, resumed[f]) + g for f, g in gen.items()}
 
 
-def _nccl_steps(sc: Scenario, members: int, gen: list[dict[str, float]], steps: int) -> Steps:
-    ring = nccl_ring_s(sc, members, sc.nic)
+def _closed_form_steps(
+    name: str,
+    sc: Scenario,
+    gen: list[dict[str, float]],
+    steps: int,
+    transfer: Callable[[float, dict[str, float]], tuple[dict[str, float], float]],
+) -> Steps:
+    """The loop for a baseline whose step has a closed form: ``transfer(p, pause)`` gives,
+    for the version published at ``p`` and each instance's pause, when each instance
+    resumes with it and when the trainer may mutate its buffers."""
     publish, free, stalls = [], [], []
     p, resumed = 0.0, dict.fromkeys(gen[0], 0.0)
     for k in range(steps):
         pause = _pauses(p, resumed, gen[k])
-        end = max(pause.values()) + ring
+        resumed, freed = transfer(p, pause)
         publish.append(p)
-        free.append(end)
-        stalls.append({f: end - at for f, at in pause.items()})
-        resumed = dict.fromkeys(pause, end)
-        p = max(p + sc.train_step_s, end)
-    return Steps("nccl", publish, free, stalls, _trainer_stalls(sc, publish, free))
+        free.append(freed)
+        stalls.append({f: resumed[f] - at for f, at in pause.items()})
+        p = max(p + sc.train_step_s, freed)
+    return Steps(name, publish, free, stalls, _trainer_stalls(sc, publish, free))
+
+
+def _nccl_steps(sc: Scenario, members: int, gen: list[dict[str, float]], steps: int) -> Steps:
+    ring = nccl_ring_s(sc, members, sc.nic)
+
+    def transfer(_p: float, pause: dict[str, float]) -> tuple[dict[str, float], float]:
+        end = max(pause.values()) + ring  # a ring after the barrier; the trainer is in it
+        return dict.fromkeys(pause, end), end
+
+    return _closed_form_steps("nccl", sc, gen, steps, transfer)
 
 
 def _ucx_steps(sc: Scenario, trainers: list[str], gen: list[dict[str, float]], steps: int) -> Steps:
-    publish, free, stalls = [], [], []
-    p, resumed = 0.0, dict.fromkeys(gen[0], 0.0)
-    for k in range(steps):
-        pause = _pauses(p, resumed, gen[k])
+    def transfer(p: float, pause: dict[str, float]) -> tuple[dict[str, float], float]:
         # The trainer serves every pull before it may publish again, so no two versions
         # are ever in flight: each step runs on a network of its own, from its publish.
         pulls = pull_from_trainer(
             Cluster.build(sc.topology), trainers, {f: t - p for f, t in pause.items()}, sc.size
         )
-        publish.append(p)
-        free.append(p + pulls.senders_free)
-        stalls.append({f: p + pulls.done[f] - at for f, at in pause.items()})
-        resumed = {f: p + d for f, d in pulls.done.items()}
-        p = max(p + sc.train_step_s, free[-1])
-    return Steps("ucx", publish, free, stalls, _trainer_stalls(sc, publish, free))
+        return {f: p + d for f, d in pulls.done.items()}, p + pulls.senders_free
+
+    return _closed_form_steps("ucx", sc, gen, steps, transfer)
 
 
 # -- the run -----------------------------------------------------------------------------------

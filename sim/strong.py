@@ -80,11 +80,6 @@ def nccl_ring_s(sc: Scenario, members: int, rate: float) -> float:
     )
 
 
-def nccl_staged_done(sc: Scenario, members: int, rate: float) -> float:
-    """When a static ring started at the publish has filled every staging buffer."""
-    return nccl_ring_s(sc, members, rate)
-
-
 def relay_then_ring(
     sc: Scenario,
     trainers: Sequence[str],

@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import math
 import random
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -324,22 +324,26 @@ class Swarm:
         if node.dead or node.withdrawn:
             return
         held = [c for c in range(self.cfg.chunks) if node.have[c]]
-        for g in node.followers:
+        for g, other, session in self._fetching_followers(f):
+            session.set_source(f, self.c.tier(g, f), held)
+            self._news(g, other)
+
+    def _fetching_followers(self, f: str) -> Iterator[tuple[str, _Node, FetchSession]]:
+        """Those with ``f`` in their peer set whose fetch is still under way: who hears
+        news of ``f`` (that it began, that it holds a chunk)."""
+        for g in self.nodes[f].followers:
             other = self.nodes[g]
             if other.session is not None and other.finished is None and not other.dead:
-                other.session.set_source(f, self.c.tier(g, f), held)
-                self._news(g, other)
+                yield g, other, other.session
 
     def crash(self, name: str) -> None:
         """Kill a node: its transfers stop, others find out when their requests fail."""
         node = self.nodes[name]
         if node.started is not None and node.finished is None and not node.dead:
             self._count(name, -1)
-        if not node.dead and not node.withdrawn:  # (withdrawing already counted it out)
-            self._dc_members[self.c.hosts[name].dc] -= 1
-            self._members.pop(self.c.hosts[name].dc, None)
+        if not node.dead and not node.withdrawn:  # (withdrawing already unlisted it)
+            self._unlist(name)
         node.dead = True
-        self._unlisted = self._unlisted | {name}
         for r, t in list(node.inflight.items()):
             if t is not None:
                 self.net.cancel(t)
@@ -369,13 +373,19 @@ class Swarm:
             raise ValueError(f"{name} holds no replica to withdraw")
         node.withdrawn = True
         node.on_drained = drained
-        self._unlisted = self._unlisted | {name}
-        self._dc_members[self.c.hosts[name].dc] -= 1
-        self._members.pop(self.c.hosts[name].dc, None)
+        self._unlist(name)
         if not self._leaving:
             self.e.later(self.cfg.hint_delay, self._forget)
         self._leaving.append(name)
         self._maybe_drained(node)
+
+    def _unlist(self, name: str) -> None:
+        """``name`` leaves the holder view (it crashed, or let go of the version): no
+        planner lists it from its next tick, and its datacenter counts it out."""
+        self._unlisted = self._unlisted | {name}
+        dc = self.c.hosts[name].dc
+        self._dc_members[dc] -= 1
+        self._members.pop(dc, None)
 
     def _forget(self) -> None:
         """Gossip has carried the withdrawals: every fetcher plans without those holders
@@ -721,11 +731,9 @@ class Swarm:
         self._pump(f)
 
     def _announce(self, f: str, chunk: int) -> None:
-        for g in self.nodes[f].followers:
-            other = self.nodes[g]
-            if other.session is not None and other.finished is None and not other.dead:
-                other.session.add_chunk(f, chunk)
-                self._news(g, other)
+        for g, other, session in self._fetching_followers(f):
+            session.add_chunk(f, chunk)
+            self._news(g, other)
 
     def _news(self, g: str, node: _Node) -> None:
         """A peer's news reached ``g``: plan again at the next tick, as the node does. Its

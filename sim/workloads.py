@@ -30,7 +30,6 @@ from .scenario import Scenario
 from .strong import (
     Versus,
     nccl_ring_s,
-    nccl_staged_done,
     rack_chains,
     relay_then_ring,
     snapshot_trainer_stall,
@@ -467,7 +466,8 @@ def _standalone_versus(
     snap = snapshot_trainer_stall(sc)
     hosts = max(sc.storage_hosts, sc.trainer_hosts)
     store = push_then_pull(Cluster.build(sc.topology), trainers, pause, sc.size, hosts)
-    ring_end = nccl_staged_done(sc, len(trainers) + len(rollouts), sc.nic)
+    # A static ring started at the publish has filled every staging buffer then.
+    ring_end = nccl_ring_s(sc, len(trainers) + len(rollouts), sc.nic)
     staged = _tensorhub(sc, trainers, ctl.ready(rollouts, dict.fromkeys(rollouts, 0.0)))
 
     def total(s: Scheme) -> float:

@@ -508,10 +508,13 @@ class Hub:
         version: int,
         names: Iterable[str] | None = None,
         health: Mapping[str, Status] | None = None,
+        changed: Iterable[str] = (),
     ) -> SourceNews:
         """Source news for a fetch of (dp, version): the holders among ``names`` (None:
         all) as hints, nearest first; our datacenter's fetchers of the version and its
-        other live members; and ``health`` (what gossip says of each member), if given."""
+        other live members; ``health`` (what gossip says of each member), if given; and
+        as ``gone``, the nodes among ``changed`` (their advertisement of the version
+        changed) that advertise it no more: they unpublished it, or a fetch failed there."""
         core = self.gossip.core
         me = core.me.locality
         my_dc = _dc(me)
@@ -535,7 +538,12 @@ class Hub:
             chunks = None if h.complete else h.chunks()  # None: all (O(1) for the planner)
             out.append(Holder(addr, tier(me, loc), chunks, h.origin))
         out.sort(key=lambda h: h.tier)
-        return SourceNews(out, fetchers, members, health)
+        gone = [
+            a
+            for n in sorted(changed)
+            if n not in held and (a := core.addr_of(n)) is not None and a != self.address
+        ]
+        return SourceNews(out, fetchers, members, health, gone)
 
     def _watch_sources(
         self, dp: str, version: int, tell: Callable[[SourceNews], None]
@@ -565,22 +573,9 @@ class Hub:
             # A member whose status changed is listed anew if it holds the version: one
             # back from suspicion or a false death was dropped as a source meanwhile, and a
             # complete holder advertises nothing new that would bring it back.
-            news = replace(
-                self._sources(*key, names | members, health), gone=self._withdrawn(key, names)
-            )
+            news = self._sources(*key, names | members, health, changed=names)
             for tell in list(tells):
                 tell(news)
-
-    def _withdrawn(self, key: tuple[str, int], changed: set[str]) -> list[str]:
-        """Addresses of the nodes among ``changed`` (their advertisement of ``key`` changed)
-        that advertise it no more: they unpublished it, or a fetch of it failed there."""
-        core = self.gossip.core
-        held = core.holders.holders(*key)
-        return [
-            a
-            for n in sorted(changed)
-            if n not in held and (a := core.addr_of(n)) is not None and a != self.address
-        ]
 
     def _locate(self, name: str) -> tuple[str, int] | None:
         """A node's address and locality tier from us, from gossip (for redirects)."""
