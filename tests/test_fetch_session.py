@@ -229,3 +229,21 @@ def test_requests_the_planner_takes_back_are_abandoned_with_the_refusal() -> Non
     assert s.verified(first[1]) == []  # its reply, had it come: moot
     assert [(r.source, r.chunk) for r in sent(s.requests(0.0))] == [("n4", 0), ("n4", 1)]
     assert s.copies(1) == 1 and s.copies(0) == 1
+
+
+def test_a_gone_sources_request_in_flight_stays_on_the_books_and_loses_to_a_twin() -> None:
+    """A source the holder view lists no more (it unpublished) finishes its uploads under
+    way, so its request stays booked: its chunk is not asked again as a first copy, and if
+    another copy lands first the gone source's is abandoned. Forgotten instead, both
+    copies wrote into the chunk's memory and the gone source's went on writing after the
+    other was verified (a corrupt holder that unpublished could overwrite checked bytes)."""
+    s = session(n=1, endgame_copies=1)
+    s.planner.set_source("a", 1, None)
+    s.planner.set_source("b", 1, None)
+    (first,) = sent(s.requests(0.0))
+    s.receiving(first, 0.0)
+    s.source_gone(first.source)
+    assert first.source not in s.planner.sources
+    (twin,) = sent(s.requests(0.0))
+    assert twin.duplicate  # an endgame copy (scratch memory), not a second first copy
+    assert s.verified(twin) == [Abandon(first), Settle(0, True)]

@@ -192,10 +192,8 @@ def test_reproduce_reports_each_ratio_beside_the_papers(tmp_path: Path) -> None:
         hyp_ratio = heads[name]["gpudirect_vs_paper_kind"]["median"]
         assert hyp_ratio == pytest.approx(r["ratio"], abs=0.01)
         assert r["ratio"] > res[name]["ratio"]  # the hypothetical data plane is faster
-    # The last receiver of a pure broadcast near the bound: 1.14x while fetchers were
-    # listed as sources before they began, 1.20x (seed 1) listed as the node lists them,
-    # hint_delay after they begin (session 19; docs/results.md).
-    assert hyp["broadcast"]["tensorhub_over_lower_bound_worst"] <= 1.25
+    # The acceptance target: the last receiver of a pure broadcast within 1.15x the bound.
+    assert hyp["broadcast"]["tensorhub_over_lower_bound_worst"] <= 1.15
     # Run in parallel processes, a scenario traces as it does run here, alone.
     alone = run(load(SCENARIOS / "standalone.yaml"))
     assert res["standalone"]["trace_hash"] == alone.trace_hash

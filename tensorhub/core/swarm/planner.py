@@ -548,6 +548,14 @@ class ChunkPlanner:
 
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool."""
+        self.unlist_source(name)
+        return [r.chunk for r in self._forget_requests(name)]
+
+    def unlist_source(self, name: str) -> None:
+        """Plan without ``name`` from now on, but keep what is in flight to it on the
+        books: a holder that let go of the version still finishes its uploads under way,
+        each such chunk is not asked again as a first copy meanwhile, and a twin that
+        lands first abandons it (:meth:`received` names it among the losers)."""
         self._changes += 1
         src = self.sources.pop(name, None)
         self._assumed.discard(name)  # (relay's links are sources: a dead one is neither)
@@ -561,7 +569,6 @@ class ChunkPlanner:
             else:
                 for c in src.chunks:
                     self._drop(name, c)
-        return [r.chunk for r in self._forget_requests(name)]
 
     def unheld(self) -> list[int]:
         """Chunks we lack that no known source holds. The node's holder view lists every

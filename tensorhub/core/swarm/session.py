@@ -192,10 +192,11 @@ class FetchSession:
     @_input
     def source_gone(self, name: str) -> None:
         """The holder view lists ``name`` no more: it let go of the version (unpublished).
-        Plan without it; what is in flight from it goes on (its uploads drain), and a
-        chunk only it was asked for goes back to the pool (a duplicate, if both land, loses
-        as any endgame twin does)."""
-        self.planner.remove_source(name)
+        Plan without it; what is in flight from it stays booked and goes on (its uploads
+        drain): a chunk asked of it is not asked again as a first copy, and a twin that
+        lands first abandons it (forgotten, two first copies wrote into the chunk's memory,
+        the gone source's still writing after the other was verified)."""
+        self.planner.unlist_source(name)
 
     @_input
     def suspend(self, name: str, ticks: int) -> None:
