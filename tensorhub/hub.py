@@ -513,8 +513,13 @@ class Hub:
         """Source news for a fetch of (dp, version): the holders among ``names`` (None:
         all) as hints, nearest first; our datacenter's fetchers of the version and its
         other live members; ``health`` (what gossip says of each member), if given; and
-        as ``gone``, the nodes among ``changed`` (their advertisement of the version
-        changed) that advertise it no more: they unpublished it, or a fetch failed there."""
+        as ``gone``, the live nodes among ``changed`` (their advertisement of the version
+        changed) that advertise it no more: they unpublished it, or a fetch failed there.
+        Not a node declared dead (gossip drops its advertisements with the verdict): that
+        is ``health``'s, whose ``source_dead`` abandons what is in flight to it; listed as
+        gone too, it left the fetch's sources first, the verdict found it no more, and
+        its requests to a hung holder waited out their 10 s timeout
+        (tests/test_hung_holder.py)."""
         core = self.gossip.core
         me = core.me.locality
         my_dc = _dc(me)
@@ -541,7 +546,10 @@ class Hub:
         gone = [
             a
             for n in sorted(changed)
-            if n not in held and (a := core.addr_of(n)) is not None and a != self.address
+            if n not in held
+            and core.status(n) in (Status.ALIVE, Status.SUSPECT)
+            and (a := core.addr_of(n)) is not None
+            and a != self.address
         ]
         return SourceNews(out, fetchers, members, health, gone)
 

@@ -295,6 +295,26 @@ async def test_a_holder_that_unpublishes_is_news_of_a_gone_source(tmp_path: Path
             unwatch()
 
 
+async def test_a_holder_declared_dead_is_not_news_of_a_gone_source(tmp_path: Path) -> None:
+    """Gossip drops a dead node's advertisements with the verdict. That is news for the
+    failure detector's path (``health``: ``source_dead`` abandons what is in flight to
+    it), not ``gone``: listed as gone too, the fetch unlisted it first, the verdict then
+    found no such source, and requests to a hung holder waited out their timeout."""
+    async with cluster(tmp_path, rollouts=2) as (voters, rolls):
+        pub = await voters[0].publish("policy", 1, weights(1))
+        await rolls[0].fetch("policy", 1, empty_like_manifest(pub.manifest))
+        core, name = rolls[1].gossip.core, rolls[0].node.name
+        for _ in range(500):  # until gossip lists rolls[0]'s holding here
+            if name in core.holders.holders("policy@0", 1):
+                break
+            await asyncio.sleep(0.01)
+        member = core.members[name]
+        core._dead(member, member.inc)  # the verdict, as the failure detector gives it
+        assert name not in core.holders.holders("policy@0", 1)  # dropped with it
+        news = rolls[1]._sources("policy@0", 1, changed={name})
+        assert rolls[0].address not in news.gone
+
+
 async def test_gossip_and_raft_do_not_share_the_chunk_connection(tmp_path: Path) -> None:
     """Control messages travel on a connection of their own (Node.control_peer): queued
     behind chunk payload on a saturated NIC, a gossip probe missed its ack and a live
