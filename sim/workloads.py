@@ -186,6 +186,7 @@ class _SwarmRun:
     events: int
     crashed: list[str]
     trainer_copies: float  # the trainer hosts' egress, in model sizes
+    wan_into: dict[int, float]  # datacenter -> bytes the WAN carried into it
 
     def scheme(self, pause: dict[str, float], sc: Scenario) -> Scheme:
         """Stalls counted from each instance's pause; the trainer's past its next step."""
@@ -238,8 +239,11 @@ def _tensorhub(
     done = {f: s.nodes[f].finished or float("inf") for f in fetchers}
     free = freed[0] if freed else max(s.nodes[t].last_sent for t in trainers)
     wan = sum(link.carried for link in c.wan.values())
+    into: dict[int, float] = {}
+    for (_, dc), link in c.wan.items():
+        into[dc] = into.get(dc, 0.0) + link.carried
     egress = sum(c.hosts[t].up.carried for t in trainers) / sc.size
-    return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed, egress)
+    return _SwarmRun(done, free, wan, e.trace_hash, e.events, crashed, egress, into)
 
 
 def trainer_slices(trainers: Sequence[str], chunks: int) -> dict[str, Sequence[int]]:
@@ -590,6 +594,11 @@ def crossdc(sc: Scenario) -> Outcome:
         th.events,
         {
             "wan_copies": round(th.wan_bytes / sc.size, 2),
+            # Into the trainers' datacenter too where they let go (their memory is the next
+            # step's) before any rollout there began: the remote seed's was the only copy.
+            "wan_copies_into": {
+                f"dc{d}": round(b / sc.size, 2) for d, b in sorted(th.wan_into.items())
+            },
             "trainer_egress_copies": round(th.trainer_copies, 2),
             "control": ctl.summary(),
             **_versus_summary(versus),

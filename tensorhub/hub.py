@@ -79,12 +79,15 @@ SECRET_PROBE_TIMEOUT = 1.5
 """How long :meth:`Hub.start` waits for seeds to answer the secret probe: a seed that is
 down or slow is skipped (the cluster may be starting), so this bounds start's delay."""
 
-DELTA_PATIENCE = 10.0
-"""Seconds (at most half a fetch's timeout) a fetch with a base here waits for the
-version's manifest (no holder by then: the version is gone, the fetch fails with
-NoHolder) and then for its delta (none by then: whole chunks instead). A version or delta
-whose every holder moved on must not cost the fetch its whole deadline (a launch's
-rollout a version behind waited 240 s for a v2 that every holder had overwritten)."""
+MOVED_ON_PATIENCE = 10.0
+"""Seconds (at most half a fetch's timeout) a fetch or manifest read waits for a holder
+of a version a newer one has superseded (none by then: every holder moved on, it fails
+with NoHolder), and a fetch with a base here for its delta (none by then: whole chunks
+instead). A version or delta whose every holder moved on must not cost the fetch its
+whole deadline: a launch's rollout a version behind waited 240 s for a v2 that every
+holder had overwritten, and one that read v1 as the latest a moment before v2 committed
+waited its 300 s for v1's manifest (CI, tests/test_cluster_page.py). The latest version
+is waited for to the deadline: its publisher is still to advertise it, or keeps a copy."""
 DELTAS_KEPT = 2
 """Delta objects of a model each node goes on serving (the newest ones): a rollout one
 version behind still finds the delta it needs; an older one fetches whole chunks."""
@@ -644,10 +647,14 @@ class Hub:
         attempt: Callable[[list[Holder], float], Awaitable[T]],
     ) -> T:
         """Run ``attempt(holders, seconds_left)`` on the holders gossip knows, again with
-        fresher gossip whenever every hint was stale, until ``timeout``."""
+        fresher gossip whenever every hint was stale, until ``timeout``; or, for a version
+        a newer one superseded, until ``MOVED_ON_PATIENCE`` without a holder."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        start = loop.time()
+        deadline = start + timeout
+        patience = min(timeout / 2, MOVED_ON_PATIENCE)
         hinted = False
+        asked = start  # when the registry was last asked whether a newer version exists
         while True:
             holders = self._sources(dp, version).holders
             if not holders and not hinted:
@@ -658,9 +665,27 @@ class Hub:
                     return await attempt(holders, max(deadline - loop.time(), 0.1))
                 except NoManifest:
                     pass  # every hint was stale: wait for gossip to tell us more
-            if loop.time() > deadline:
+            now = loop.time()
+            if now > deadline:
                 raise NoHolder(f"no live node holds {display_name(dp)} v{version}")
+            if now - start >= patience and now - asked >= 1.0:
+                asked = now
+                if (newer := await self._superseded_by(dp, version)) is not None:
+                    raise NoHolder(
+                        f"no live node holds {display_name(dp)} v{version}: its holders "
+                        f"moved on (v{newer} is committed), none held it for {now - start:.0f}s"
+                    )
             await asyncio.sleep(0.05)
+
+    async def _superseded_by(self, dp: str, version: int) -> int | None:
+        """The latest committed version of ``dp``'s model if newer than ``version`` (None
+        if not, or if the registry cannot say now: then the fetch waits on)."""
+        model = split_key(dp)[0]
+        try:
+            latest = await self.latest(model, timeout=1.0)
+        except TensorHubError:
+            return None
+        return latest if latest > version else None
 
     async def _publisher_hint(self, dp: str, version: int) -> list[Holder]:
         """The shard's publisher, as the registry recorded it, when gossip has not yet told
@@ -853,7 +878,7 @@ class Hub:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + timeout
-        patience = min(timeout / 2, DELTA_PATIENCE)
+        patience = min(timeout / 2, MOVED_ON_PATIENCE)
         try:
             droots = await self.registry.version(dmodel, version)
             if droots is None or shard >= len(droots):

@@ -222,6 +222,33 @@ async def test_without_a_copy_the_version_is_unavailable_never_wrong(tmp_path: P
             await roll.fetch("policy", 1, empty_like_manifest(pub.manifest), timeout=1.0)
 
 
+async def test_a_version_read_as_latest_just_before_it_was_superseded_fails_within_patience(
+    tmp_path: Path,
+) -> None:
+    """Regression (CI, tests/test_cluster_page.py): a rollout read v1 as the latest, and
+    before it asked for v1's manifest, v2 committed and every holder of v1 moved on. It
+    waited its whole timeout (300 s in the launch) for a holder of v1, while the run went
+    on without it. Now: NoHolder, naming the newer version, within the patience (half the
+    timeout here); the latest version is still waited for to the deadline."""
+    async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
+        trainer = voters[0]
+        await trainer.publish("policy", 1, weights(1), chunk_size=1 << 20)
+        p2 = await trainer.publish("policy", 2, weights(2), chunk_size=1 << 20)
+        assert not await trainer.unpublish("policy", 1, keep_copy=False)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(NoHolder, match=r"policy v1: its holders moved on \(v2 is committed\)"):
+            await roll.manifest("policy", 1, timeout=8.0)  # patience: 4 s
+        took = loop.time() - t0
+        print(f"moved on: NoHolder after {took:.1f}s")
+        assert took < 8.0
+        assert not await trainer.unpublish("policy", 2, keep_copy=False)
+        t0 = loop.time()
+        with pytest.raises(NoHolder):
+            await roll.fetch("policy", 2, empty_like_manifest(p2.manifest), timeout=3.0)
+        assert loop.time() - t0 >= 3.0  # the latest: no holder yet may mean not yet told
+
+
 async def test_a_buffer_changed_before_unpublish_is_caught_not_served(tmp_path: Path) -> None:
     async with cluster(tmp_path, rollouts=1) as (voters, (roll,)):
         w = weights(1)
