@@ -675,6 +675,30 @@ def test_a_relay_link_that_falls_behind_its_upstream_relays_from_the_tail() -> N
     assert {r.source for r in p.next_requests()} == {"n8"}
 
 
+def test_a_relay_link_told_of_its_upstream_in_bursts_still_judges_itself_lagging() -> None:
+    """bench/linerate.py --case slow, one round in four: the half-rate link heard of its
+    upstream's chunks in bursts (news rides between the chunks the upstream sends it, on
+    the slow link), each look a wait after the gap crossed LAG_CHUNKS fell between two
+    bursts and found it flat, and each time it took the gap for a stall: it never judged
+    itself lagging and the chain after it ran at half rate (2.05-2.25x one copy)."""
+    p = _relay_n5(n=256)
+    upstream_has, ours, inflight = 1, 0, []
+    for step in range(400):
+        upstream_has += 1  # it gains a chunk a tick, we one every other
+        if step % 25 == 0:  # news of it: every 25 ticks
+            p.set_source("n4", 1, range(min(p.num_chunks, upstream_has)))
+        inflight += p.next_requests()
+        if step % 2 and inflight:
+            r = inflight.pop(0)
+            p.received(r.chunk, r.source)
+            ours += 1
+        p.tick()
+        if p.lagging:
+            break
+    assert p.lagging, f"never judged itself lagging ({ours} chunks here, {upstream_has} there)"
+    assert ours < 40  # and early: each chunk of lag costs the chain after it
+
+
 def test_a_relay_link_that_stalled_once_is_not_lagging() -> None:
     """A busy host stalls a link for a while: it falls behind, then goes on at its
     upstream's pace, as far behind as it fell (measured, 1 GiB: a healthy link judged

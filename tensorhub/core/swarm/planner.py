@@ -89,6 +89,13 @@ with what its old downstream still has in flight there, and falls behind by as m
 (with 4 at ``per_source`` 4, such links judged themselves lagging one after the other,
 simulated). A link knows its upstream's chunks at once (it tells it of each), so the
 judgement is its own; each chunk of lag costs its downstream that chunk at its rate."""
+LAG_WATCH = 3
+"""``RELAY_START_WAIT`` periods a link that fell ``LAG_CHUNKS`` behind is watched before a
+gap that stopped growing counts as a stall rather than a slow link. With one period, a
+link on a half-rate NIC mid-chain (bench/linerate.py --case slow) caught its upstream's
+news between two bursts, took the gap for flat, and never judged itself lagging in one
+round of four: the chain after it ran at half rate (2.05-2.25x one copy, where a round
+that judged it at 13 chunks took 1.33x)."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -1038,8 +1045,9 @@ class ChunkPlanner:
 
     def _note_lag(self) -> None:
         """Mark us lagging once we fell ``LAG_CHUNKS`` further behind our upstream than we
-        were while we relayed from it, and kept falling behind for ``RELAY_START_WAIT``
-        ticks more (a stall on a busy host leaves a link as far behind as it fell, for
+        were while we relayed from it, and kept falling behind in the ``RELAY_START_WAIT``
+        ticks after, or within ``LAG_WATCH`` such waits (a stall on a busy host leaves a
+        link as far behind as it fell, for
         good: the link and its upstream both go on at line rate; bench/linerate.py, 1 GiB:
         a healthy link judged itself lagging at 86 % of the model): we then relay from the
         tail, whose uplink no one else uses, and our serving side answers requests for
@@ -1093,11 +1101,16 @@ class ChunkPlanner:
             self._lag_seen = (self.now, gap)
             return
         since, then = self._lag_seen
-        if self.now < since + RELAY_START_WAIT:
+        waited, grew = self.now - since, gap - then
+        if waited < RELAY_START_WAIT:
             return
-        if gap - then < lag // 4:  # a stall (a busy host), not a slow link: it stays as
-            self._lag_least, self._lag_seen = gap, None  # far behind as it fell; go on
-            return
+        # Still falling behind: by lag // 4 at the first look, by lag // 2 at a later one.
+        # News of the upstream's chunks comes in bursts (between the chunks it sends us, on
+        # the link that is slow), so one look may find the gap flat for a moment.
+        if grew < lag // 2 and (grew < lag // 4 or waited >= 2 * RELAY_START_WAIT):
+            if waited >= LAG_WATCH * RELAY_START_WAIT:  # a stall (a busy host), not a slow
+                self._lag_least, self._lag_seen = gap, None  # link: it stays as far
+            return  # behind as it fell; go on
         self._effects += 1
         self._lagging.add(self.me)
 
