@@ -670,19 +670,21 @@ class Hub:
                 raise NoHolder(f"no live node holds {display_name(dp)} v{version}")
             if now - start >= patience and now - asked >= 1.0:
                 asked = now
-                if (newer := await self._superseded_by(dp, version)) is not None:
+                newer = await self._superseded_by(dp, version, min(1.0, deadline - now))
+                if newer is not None:
                     raise NoHolder(
                         f"no live node holds {display_name(dp)} v{version}: its holders "
                         f"moved on (v{newer} is committed), none held it for {now - start:.0f}s"
                     )
             await asyncio.sleep(0.05)
 
-    async def _superseded_by(self, dp: str, version: int) -> int | None:
+    async def _superseded_by(self, dp: str, version: int, timeout: float) -> int | None:
         """The latest committed version of ``dp``'s model if newer than ``version`` (None
-        if not, or if the registry cannot say now: then the fetch waits on)."""
+        if not, or if the registry cannot say within ``timeout``: then the fetch waits
+        on)."""
         model = split_key(dp)[0]
         try:
-            latest = await self.latest(model, timeout=1.0)
+            latest = await self.latest(model, timeout=max(timeout, 0.05))
         except TensorHubError:
             return None
         return latest if latest > version else None
