@@ -681,8 +681,10 @@ class Hub:
     async def _superseded_by(self, dp: str, version: int, timeout: float) -> int | None:
         """The latest committed version of ``dp``'s model if newer than ``version`` (None
         if not, or if the registry cannot say within ``timeout``: then the fetch waits
-        on)."""
+        on). A newer one this node already saw committed answers without asking."""
         model = split_key(dp)[0]
+        if (seen := self.committed.get(model, 0)) > version:
+            return seen
         try:
             latest = await self.latest(model, timeout=max(timeout, 0.05))
         except TensorHubError:

@@ -335,6 +335,7 @@ async def test_a_holder_declared_dead_is_not_news_of_a_gone_source(tmp_path: Pat
             if name in core.holders.holders("policy@0", 1):
                 break
             await asyncio.sleep(0.01)
+        assert name in core.holders.holders("policy@0", 1)  # (else nothing below is tested)
         member = core.members[name]
         core._dead(member, member.inc)  # the verdict, as the failure detector gives it
         assert name not in core.holders.holders("policy@0", 1)  # dropped with it

@@ -61,7 +61,7 @@ async def until(cond: Callable[[], bool], fetch: asyncio.Task[Any], what: str) -
     passing, fails the test saying so, where an unbounded loop hung the suite. Polled
     every turn of the event loop (a holder serves a chunk per request, so at most one or
     two per turn): polled each millisecond, a loaded host's timers let the nearest holder
-    serve all 32 chunks before it was killed "mid-transfer" (CI, ucx)."""
+    serve all 32 chunks before it was killed "mid-transfer" (a fresh-clone make test, ucx)."""
     deadline = asyncio.get_running_loop().time() + 10.0
     while not cond():
         if fetch.done():

@@ -1047,8 +1047,8 @@ class ChunkPlanner:
         """Mark us lagging once we fell ``LAG_CHUNKS`` further behind our upstream than we
         were while we relayed from it, and kept falling behind in the ``RELAY_START_WAIT``
         ticks after, or within ``LAG_WATCH`` such waits (a stall on a busy host leaves a
-        link as far behind as it fell, for
-        good: the link and its upstream both go on at line rate; bench/linerate.py, 1 GiB:
+        link as far behind as it fell, for good: the link and its upstream both go on at
+        line rate; bench/linerate.py, 1 GiB:
         a healthy link judged itself lagging at 86 % of the model): we then relay from the
         tail, whose uplink no one else uses, and our serving side answers requests for
         chunks we lack "busy" rather than parking them (:attr:`lagging`), which moves our
@@ -1107,7 +1107,8 @@ class ChunkPlanner:
         # Still falling behind: by lag // 4 at the first look, by lag // 2 at a later one.
         # News of the upstream's chunks comes in bursts (between the chunks it sends us, on
         # the link that is slow), so one look may find the gap flat for a moment.
-        if grew < lag // 2 and (grew < lag // 4 or waited >= 2 * RELAY_START_WAIT):
+        need = lag // 4 if waited < 2 * RELAY_START_WAIT else lag // 2
+        if grew < need:
             if waited >= LAG_WATCH * RELAY_START_WAIT:  # a stall (a busy host), not a slow
                 self._lag_least, self._lag_seen = gap, None  # link: it stays as far
             return  # behind as it fell; go on
