@@ -83,6 +83,26 @@ def test_a_lost_holder_is_forgotten_and_its_chunks_return() -> None:
     assert "a" not in s.planner.sources and s.trouble == {"holder lost": 1}
 
 
+def test_a_lost_holder_takes_every_other_request_to_it_with_it() -> None:
+    """One request to "a" fails as lost while its others are still in flight. Its chunks
+    went back to the pool, so the others end now: left running, one still landing would
+    write the same destination as the first copy the pool asks of "b" (session 19 found
+    them forgotten by the planner and never abandoned)."""
+    s = session(n=3, per_source=3)
+    s.planner.set_source("a", 1, None)
+    reqs = sent(s.requests(0.0))
+    assert len(reqs) == 3
+    s.planner.set_source("b", 1, None)
+    out = s.failed(reqs[0], Outcome.LOST)
+    assert [a for a in out if isinstance(a, Abandon)] == [Abandon(r) for r in reqs[1:]]
+    assert {a.chunk for a in out if isinstance(a, Settle)} == {r.chunk for r in reqs}
+    assert not s.phase and s.trouble == {"holder lost": 1}
+    again = sent(s.requests(1.0))
+    assert sorted(r.chunk for r in again) == sorted(r.chunk for r in reqs)
+    assert {r.source for r in again} == {"b"} and all(s.copies(r.chunk) == 1 for r in again)
+    assert s.failed(reqs[1], Outcome.LOST) == []  # its own error arrives later: moot
+
+
 def test_a_hung_source_loses_everything_in_flight_to_it() -> None:
     s = session(n=3, per_source=3)
     s.planner.set_source("a", 1, None)
@@ -145,7 +165,8 @@ def test_a_doubted_source_lost_meanwhile_is_not_dropped_twice() -> None:
         s.failed(r, Outcome.LOST)  # its connection broke: dropped that way
     assert "a" not in s.planner.sources
     assert s.expire(10.3 + DEAD_DOUBT_S, timeout=30.0) == []
-    assert "holder dead" not in s.trouble and s.trouble["holder lost"] == len(reqs)
+    # the first loss ended the other request too: its own failure is moot
+    assert "holder dead" not in s.trouble and s.trouble["holder lost"] == 1
 
 
 def test_advance_says_when_a_refresh_is_due() -> None:

@@ -266,12 +266,18 @@ class FetchSession:
             return []
         self.trouble[outcome.value] += 1
         p = self.planner
+        out: list[Action] = []
         if outcome is Outcome.LOST:
-            p.remove_source(r.source)  # the holder is gone: its chunks return to the pool
+            # The holder is gone: its chunks return to the pool, so every other request
+            # to it ends here too. Left running, one whose bytes still arrived (a request
+            # that failed alone, its connection up) would land beside the first copy the
+            # pool asks of someone else, in the same destination.
+            out = self._abandon_all([q for q in self.phase if q.source == r.source])
+            p.remove_source(r.source)
         p.failed(r.chunk, r.source, _FAILURE[outcome])
         for addr, tier in holders:
             p.add_chunk(addr, r.chunk, tier)
-        return self._end(r, held=False) + self._take_back()
+        return out + self._end(r, held=False) + self._take_back()
 
     @_input
     def source_dead(self, source: str, now: float) -> list[Action]:
