@@ -79,16 +79,19 @@ RELAY_START_WAIT = 20
 """Ticks a relay waits for a link that answered it has not begun its fetch (fetches that
 start together began up to 160 ms apart on bench/linerate.py's 9 processes); a member
 that does not fetch at all costs its downstream this much once."""
-LAG_CHUNKS = 8
+LAG_CHUNKS = 4
 """Chunks by which a relay link may fall further behind the link before it, while relaying
 from it, before it counts as *lagging* and moves to the chain's tail: a chain runs at its
 slowest link's pace, so one receiver on a half-rate NIC mid-chain held every link after
-it to half rate (bench/linerate.py --case slow: 2.0x one copy). At least twice
-``per_source``: a link that just moved on to a new upstream shares that upstream's uplink
-with what its old downstream still has in flight there, and falls behind by as much
-(with 4 at ``per_source`` 4, such links judged themselves lagging one after the other,
-simulated). A link knows its upstream's chunks at once (it tells it of each), so the
-judgement is its own; each chunk of lag costs its downstream that chunk at its rate."""
+it to half rate (bench/linerate.py --case slow: 2.0x one copy). Each chunk of lag costs
+every link after it that chunk at its rate, so the bound is as low as the judgement
+allows: 8 took the slow case to 1.34x one copy at 256 MiB (detected 13-15 chunks in),
+4 to 1.27x (9-11 in), with no healthy link judged lagging in 6 rounds at 1 GiB and 3 at
+256 MiB (docs/results.md, session 21). At least ``per_source``: a link that just moved
+on to a new upstream shares that upstream's uplink with what its old downstream still
+has in flight there, and falls behind by as much (that drop comes before the least gap
+is taken, ``RELAY_START_WAIT``, so it is not judged). A link knows its upstream's
+chunks at once (it tells it of each), so the judgement is its own."""
 LAG_WATCH = 3
 """``RELAY_START_WAIT`` periods a link that fell ``LAG_CHUNKS`` behind is watched before a
 gap that stopped growing counts as a stall rather than a slow link. With one period, a
@@ -126,6 +129,9 @@ class PlannerConfig:
     is what fills N replicas in one copy's time on NIC-limited nodes (each NIC carries one
     model each way); the swarm is the repair: with no upstream we can ask (unknown, dead,
     backed off) the fetch runs as a swarm until there is one again."""
+    lag_chunks: int = LAG_CHUNKS
+    """``relay``: how far a link may fall behind its upstream before it moves to the tail
+    (at least ``per_source``; see ``LAG_CHUNKS``)."""
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -990,7 +996,9 @@ class ChunkPlanner:
             )
         key = self._chain_key
         mine = key(me)
-        held, behind = self.num_chunks - self._missing, self._lag
+        # Far behind us: twice the lag that moves a link to the tail (one we know only
+        # from gossip looks a round of news behind, and a dead upstream's upstream is one).
+        held, behind = self.num_chunks - self._missing, 2 * self._lag
         if mine[0]:  # a laggard relays from the tail: never from another laggard (which
             # would refuse it what it lacks, and it would ask again), nor from a link
             # before the tail, though the tail is behind it: it would share that link's
@@ -1032,8 +1040,8 @@ class ChunkPlanner:
 
     @property
     def _lag(self) -> int:
-        """``LAG_CHUNKS``, and at least twice ``per_source`` (see there)."""
-        return max(LAG_CHUNKS, 2 * self.cfg.per_source)
+        """``lag_chunks``, and at least ``per_source`` (see ``LAG_CHUNKS``)."""
+        return max(self.cfg.lag_chunks, self.cfg.per_source)
 
     def _links(self) -> set[str]:
         """Sources that may be links of our datacenter's chain (not origins, not across a
