@@ -79,19 +79,21 @@ RELAY_START_WAIT = 20
 """Ticks a relay waits for a link that answered it has not begun its fetch (fetches that
 start together began up to 160 ms apart on bench/linerate.py's 9 processes); a member
 that does not fetch at all costs its downstream this much once."""
-LAG_CHUNKS = 4
+LAG_CHUNKS = 8
 """Chunks by which a relay link may fall further behind the link before it, while relaying
 from it, before it counts as *lagging* and moves to the chain's tail: a chain runs at its
 slowest link's pace, so one receiver on a half-rate NIC mid-chain held every link after
 it to half rate (bench/linerate.py --case slow: 2.0x one copy). Each chunk of lag costs
-every link after it that chunk at its rate, so the bound is as low as the judgement
-allows: 8 took the slow case to 1.34x one copy at 256 MiB (detected 13-15 chunks in),
-4 to 1.27x (9-11 in), with no healthy link judged lagging in 6 rounds at 1 GiB and 3 at
-256 MiB (docs/results.md, session 21). At least ``per_source``: a link that just moved
-on to a new upstream shares that upstream's uplink with what its old downstream still
-has in flight there, and falls behind by as much (that drop comes before the least gap
-is taken, ``RELAY_START_WAIT``, so it is not judged). A link knows its upstream's
-chunks at once (it tells it of each), so the judgement is its own."""
+every link after it that chunk at its rate, but a healthy link judged lagging costs
+more: 4 (``relay:planner.lag_chunks=4``) took the slow case from 1.34x one copy to 1.27x
+at 256 MiB, and in one healthy round of 13 (its nodes ran ``gc.freeze()``, an experiment
+that changes no decision) six links judged themselves lagging within their first 77
+chunks, five of them 0-3 chunks in, and all shared the tail's uplink: 4.4x
+(docs/results.md, session 21). At least ``per_source``: a link that just moved on to a
+new upstream shares that upstream's uplink with what its old downstream still has in
+flight there, and falls behind by as much. A link knows its upstream's chunks at once
+(it tells it of each), so the judgement is its own. Also how far behind us a link is no
+upstream of ours (see ``_upstream``)."""
 LAG_WATCH = 3
 """``RELAY_START_WAIT`` periods a link that fell ``LAG_CHUNKS`` behind is watched before a
 gap that stopped growing counts as a stall rather than a slow link. With one period, a
@@ -996,9 +998,7 @@ class ChunkPlanner:
             )
         key = self._chain_key
         mine = key(me)
-        # Far behind us: twice the lag that moves a link to the tail (one we know only
-        # from gossip looks a round of news behind, and a dead upstream's upstream is one).
-        held, behind = self.num_chunks - self._missing, 2 * self._lag
+        held, behind = self.num_chunks - self._missing, LAG_CHUNKS
         if mine[0]:  # a laggard relays from the tail: never from another laggard (which
             # would refuse it what it lacks, and it would ask again), nor from a link
             # before the tail, though the tail is behind it: it would share that link's
