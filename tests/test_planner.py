@@ -699,6 +699,28 @@ def test_a_relay_link_told_of_its_upstream_in_bursts_still_judges_itself_lagging
     assert ours < 40  # and early: each chunk of lag costs the chain after it
 
 
+def test_a_relay_link_held_up_while_the_chain_forms_is_not_lagging() -> None:
+    """bench/linerate.py, a healthy 1 GiB round of session 21 (lag_chunks 4): while the
+    chain formed, five links that held 0-3 chunks saw their upstreams far ahead and took
+    themselves for laggards; all five relayed from the tail, sharing its uplink (4.4x one
+    copy). Here n5 gets nothing for 30 ticks while n4 gains a chunk a tick, then catches
+    up at three a tick: a slow start, not a slow NIC."""
+    p = _relay_n5(n=256)
+    have, upstream_has, inflight = 0, 1, []
+    for step in range(120):
+        upstream_has += 1
+        p.set_source("n4", 1, range(min(p.num_chunks, upstream_has)))
+        inflight += p.next_requests()
+        if step >= 30:
+            for r in inflight[:3]:
+                p.received(r.chunk, r.source)
+                have += 1
+            del inflight[:3]
+        p.tick()
+        assert not p.lagging, (step, have, upstream_has)
+    assert have >= 100  # it caught up, and the judgement ran all along
+
+
 def test_a_relay_link_that_stalled_once_is_not_lagging() -> None:
     """A busy host stalls a link for a while: it falls behind, then goes on at its
     upstream's pace, as far behind as it fell (measured, 1 GiB: a healthy link judged

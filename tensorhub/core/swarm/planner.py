@@ -1105,6 +1105,11 @@ class ChunkPlanner:
         if gap - least < lag:
             self._lag_seen = None
             return
+        if ours < lag:  # the chain is still forming (first copies redirected, links not
+            # yet told of each other): a gap now says nothing of our NIC. (Judged then,
+            # five links of one healthy round took themselves for laggards 0-3 chunks in
+            # and shared the tail's uplink: 4.4x one copy; bench/linerate.py, session 21.)
+            return
         if self._lag_seen is None:  # that far behind: are we still falling behind?
             self._lag_seen = (self.now, gap)
             return
