@@ -1,0 +1,204 @@
+"""Point to point through the Hub: ``Hub.publish`` + ``Hub.fetch`` against a raw socket.
+
+``bench/p2p.py`` measures the transport (``Node.fetch`` of a version a node serves); what
+a trainer and a rollout pay is more: the publisher digests every byte and commits the
+version through Raft, the fetcher reads the committed manifest from the registry, finds
+the holder through gossip and runs the swarm's fetch loop. #17 asks the whole of it at
+0.95x the raw socket or better.
+
+Two processes on loopback. The publisher is a Raft voter (the registry) holding a
+state_dict of real tensors (``--size`` bytes) and a raw socket sender of the same bytes;
+the fetcher is a Hub of its own. Each run publishes a new version of the same tensors
+(CPU tensors are served in place: no copy) and the fetcher fetches it into the same
+preallocated tensors; interleaved with it, the baseline receives the same bytes over a
+blocking socket (``sendall`` of 1 MiB slices into ``recv_into``, as bench/p2p.py).
+Reported: the median over pairs of raw time / (publish + fetch) time, and of raw / fetch
+alone. After the last run the fetched tensors' digests are compared with the
+publisher's.
+
+    python bench/hub_p2p.py --size 1GiB --runs 7 --json out/hub_p2p.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine, median, parse_size, print_table, write_json
+from bench.p2p import _raw_sender, raw_receive
+from tensorhub import Hub
+from tensorhub.io.loop import run
+from tensorhub.io.tcp import local_addresses
+from tensorhub.io.tensors import byte_view, empty_like_manifest, tensor_digests
+from tensorhub.testing.weights import llm_like_state_dict
+
+SECRET = "bench-secret"
+MODEL = "bench"
+
+
+def publisher_main(size: int, addr: str, data_dir: str, cmds: Any, replies: Any) -> None:
+    """The trainer's side: a voter Hub that publishes what it is told to, and the raw
+    sender of the same bytes."""
+    sd = llm_like_state_dict(size)
+    raw = socket.create_server(("127.0.0.1", 0))
+    views = [byte_view(t) for t in sd.values()]
+    threading.Thread(target=_raw_sender, args=(raw, views), daemon=True).start()
+
+    async def main() -> None:
+        hub = await Hub.start(
+            "publisher", listen=addr, seeds=[addr], voter=True, data_dir=data_dir, secret=SECRET
+        )
+        loop = asyncio.get_running_loop()
+        replies.put(("ready", raw.getsockname()[1], tensor_digests(sd)))
+        try:
+            while True:
+                cmd, version = await loop.run_in_executor(None, cmds.get)
+                if cmd == "stop":
+                    return
+                if version > 1:  # one version served at a time, as a trainer would
+                    await hub.unpublish(MODEL, version - 1, keep_copy=False)
+                t0 = time.perf_counter()
+                await hub.publish(MODEL, version, sd)
+                replies.put(("published", time.perf_counter() - t0))
+        finally:
+            await hub.close()
+
+    run(main())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--size", default="1GiB", help="bytes of tensors to move (e.g. 1GiB)")
+    ap.add_argument("--runs", type=int, default=7, help="timed pairs (after 1 warm-up)")
+    ap.add_argument("--json", help="write results here")
+    args = ap.parse_args()
+    size = parse_size(args.size)
+    addr = local_addresses(["publisher"])["publisher"]
+    ctx = mp.get_context("spawn")
+    cmds, replies = ctx.Queue(), ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="hub-p2p-") as data_dir:
+        pub = ctx.Process(
+            target=publisher_main, args=(size, addr, data_dir, cmds, replies), daemon=True
+        )
+        pub.start()
+        try:
+            _, raw_port, digests = replies.get(timeout=300)
+            res = run(_fetcher(addr, raw_port, args.runs, cmds, replies))
+        finally:
+            cmds.put(("stop", 0))
+            pub.join(30)
+            if pub.is_alive():
+                pub.kill()
+    verified = res.pop("digests") == digests
+    _report(args, res, verified)
+    if not verified:
+        raise SystemExit("the fetched tensors differ from the published ones")
+
+
+async def _fetcher(addr: str, raw_port: int, runs: int, cmds: Any, replies: Any) -> dict[str, Any]:
+    """The rollout's side: publish (remotely) then fetch, alternating with the raw copy."""
+    hub = await Hub.start("fetcher", seeds=[addr], secret=SECRET)
+    loop = asyncio.get_running_loop()
+
+    async def publish(version: int) -> float:
+        cmds.put(("publish", version))
+        tag, seconds = await loop.run_in_executor(None, replies.get, True, 300)
+        assert tag == "published", tag
+        return float(seconds)
+
+    try:
+        first_publish = await publish(1)
+        manifest = await hub.manifest(MODEL, 1)
+        into = empty_like_manifest(manifest)
+        views = [byte_view(t) for t in into.values()]
+        pub_s: list[float] = []
+        fetch_s: list[float] = []
+        raw_s: list[float] = []
+        version = 1
+        for i in range(runs + 1):
+            if i % 2:  # alternate which goes first, so neither always follows the other
+                raw = await loop.run_in_executor(None, raw_receive, raw_port, views)
+            p = first_publish if version == 1 else await publish(version)
+            t0 = time.perf_counter()
+            await hub.fetch(MODEL, version, into)
+            f = time.perf_counter() - t0
+            await hub.unpublish(MODEL, version, keep_copy=False)  # its buffers are reused
+            if not i % 2:
+                raw = await loop.run_in_executor(None, raw_receive, raw_port, views)
+            if i:  # the first pair is the warm-up
+                pub_s.append(p)
+                fetch_s.append(f)
+                raw_s.append(raw)
+            version += 1
+        last = await publish(version)  # the raw path wrote last: fetch again, then compare
+        await hub.fetch(MODEL, version, into)
+        return {
+            "publish_s": pub_s,
+            "fetch_s": fetch_s,
+            "baseline_s": raw_s,
+            "last_publish_s": last,
+            "bytes": manifest.total_bytes,
+            "chunks": manifest.num_chunks,
+            "tensors": len(manifest.tensors),
+            "digests": tensor_digests(into),
+        }
+    finally:
+        await hub.close()
+
+
+def runs(xs: list[float]) -> str:
+    return " ".join(f"{x:.3f}" for x in xs)
+
+
+def _report(args: argparse.Namespace, res: dict[str, Any], verified: bool) -> None:
+    n = res["bytes"]
+    pub, fetch, raw = res["publish_s"], res["fetch_s"], res["baseline_s"]
+    whole = [p + f for p, f in zip(pub, fetch, strict=True)]
+    # Each pair ran back to back, so its ratio cancels slow drifts of the shared machine.
+    ratio = median([b / t for t, b in zip(whole, raw, strict=True)])
+    ratio_fetch = median([b / t for t, b in zip(fetch, raw, strict=True)])
+    print_table(
+        f"Hub.publish + Hub.fetch point to point, loopback: {n / 2**20:.0f} MiB, "
+        f"{res['tensors']} tensors, {res['chunks']} chunks, {args.runs} pairs",
+        ["path", "GB/s (median)", "runs (s)"],
+        [
+            ["baseline: blocking sendall → recv_into", n / median(raw) / 1e9, runs(raw)],
+            ["Hub.publish (digests, Raft commit)", n / median(pub) / 1e9, runs(pub)],
+            ["Hub.fetch (manifest, holders, verified)", n / median(fetch) / 1e9, runs(fetch)],
+            ["publish + fetch", n / median(whole) / 1e9, runs(whole)],
+            ["ratio raw / (publish + fetch), median of pairs", ratio, ""],
+            ["ratio raw / fetch, median of pairs", ratio_fetch, ""],
+        ],
+    )
+    print(f"fetched tensors {'match' if verified else 'DIFFER FROM'} the published ones")
+    write_json(
+        args.json,
+        {
+            "bench": "hub_p2p",
+            "bytes": n,
+            "ratio": ratio,
+            "ratio_fetch_only": ratio_fetch,
+            "publish_seconds": pub,
+            "fetch_seconds": fetch,
+            "baseline_seconds": raw,
+            "chunks": res["chunks"],
+            "verified": verified,
+            "machine": machine(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
