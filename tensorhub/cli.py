@@ -196,6 +196,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--deltas", action="store_true", help="publish each version as a delta too (run.deltas)"
     )
+    p.add_argument(
+        "--dataplane",
+        default=None,
+        help="every node's data-plane preset, e.g. relay (run.dataplane; core/swarm/presets.py)",
+    )
     p.add_argument("--no-http", action="store_true", help="no /status, /metrics, dashboard")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
     p.add_argument(
@@ -233,6 +238,7 @@ def run_launch(args: argparse.Namespace) -> int:
             http=t.http and not args.no_http,
             lr=args.lr or t.lr,
             deltas=t.deltas or args.deltas,
+            dataplane=args.dataplane or t.dataplane,
         )
         from .launch.topology import validate
 

@@ -50,6 +50,7 @@ def test_default_topology_is_two_dcs_of_two_racks_with_six_rollouts() -> None:
         ({"chaos": {"kill_rollouts": 6}}, "leave at least one rollout alive"),
         ({"chaos": {"kil_leader": True}}, r"chaos.kil_leader: unknown key"),
         ({"nodes": SMALL["nodes"][:3], "wan": []}, "1, 3 or 5 voters"),
+        ({"run": {"dataplane": "fast"}}, "run.dataplane: no data-plane preset 'fast'"),
     ],
 )
 def test_bad_topologies_are_refused_naming_the_key(change: dict[str, object], message: str) -> None:
@@ -145,3 +146,36 @@ def test_deltas_cross_the_wan_instead_of_versions(tmp_path: Path) -> None:
         assert all(f["delta_base"] == v["version"] - 1 for f in v["fetches"]), v["fetches"]
         assert all(f["verified"] for f in v["fetches"])
         assert 0 < v["wan_in_models_by_dc"]["dc2"] <= 0.1
+
+
+@pytest.mark.timeout(400)
+def test_the_relay_preset_across_racks_and_datacenters_ends_verified(tmp_path: Path) -> None:
+    """The relay preset (a chain cutting through, the swarm as its repair) had been run
+    only in one rack (bench/linerate.py). Here every node of two datacenters of two racks
+    runs it, chosen on the command line as a user would (``--dataplane relay``), with a
+    rollout killed mid-run: every version reaches every survivor, verified, and crosses
+    the WAN into dc2 about once. The first run found two faults: dc2's chain head waited
+    for WAN owners that relay and never cross (v1 and v2 reached no rollout of dc2), and
+    the killed link's downstream asked it again 8,258 times (``ChunkPlanner``)."""
+    topo = {**SMALL, "chaos": {"kill_rollouts": 1, "seed": 3}, "http": False}
+    path, out = tmp_path / "topology.yaml", tmp_path / "results.json"
+    path.write_text(yaml.safe_dump(topo))
+    exe = Path(sys.executable).parent / "tensorhub"
+    cmd = [str(exe), "launch", str(path), "--dataplane", "relay", "--no-progress"]
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=380, check=False
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "data plane relay" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["ok"] and data["dataplane"] == "relay"
+    assert data["failures"]["wrong_weights"] == 0 and data["chaos"]["crashed"] == []
+    assert all(f["verified"] for v in data["versions"] for f in v["fetches"])
+    killed = {k["who"] for k in data["chaos"]["killed"]}
+    rollouts = {n["name"] for n in SMALL["nodes"] if n.get("role") != "trainer"}  # type: ignore[attr-defined]
+    final = {f["who"] for f in data["versions"][-1]["fetches"] if f["verified"]}
+    assert final == rollouts - killed, (final, data["fetch_failures"])
+    assert 0.5 < data["wan_bytes_in_per_version_in_models"]["dc2"] < 2.5
+    for v in data["versions"]:  # each version reached dc2
+        assert any(f["dc"] == "dc2" and f["verified"] for f in v["fetches"]), v["version"]
+    assert data["failures"]["failed_requests_retried"] < 500, data["failures"]

@@ -480,6 +480,41 @@ def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> 
     assert waited >= RELAY_START_WAIT  # (asked again every few ticks till then)
 
 
+def test_a_relay_chain_head_crosses_the_wan_for_every_chunk() -> None:
+    """The launcher, relay preset, two datacenters: dc2's chain head (first in name order,
+    no link before it) swarms, and the WAN owner of most chunks was a link after it that
+    relays from its upstream and never crosses; the head waited for that owner (alive,
+    fetching) and every rollout of dc2 failed the version. A relay crosses on its own."""
+    fetchers = ["b1", "b2", "b3"]
+    p = relay_planner("b1", n=16, per_source=16, total=16, initial_random=0)
+    p.set_source("trainer", 3, range(16), origin=True)
+    p.set_dc_fetchers(fetchers)
+    others = {c for c in range(16) if wan_owner(c, fetchers) != "b1"}
+    assert others  # (most chunks are not the head's to bring in)
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"trainer"}
+    assert {r.chunk for r in reqs} == set(range(16))
+
+
+def test_a_relay_link_lost_is_not_taken_for_a_link_again_at_once() -> None:
+    """The launcher, relay preset: a2 was killed; during a3's next fetch the membership
+    still listed it, a3 took it for its upstream, the connection was refused at once, and
+    a3 asked it again some 8,000 times in the half second of ``member_grace``. A link
+    lost is skipped for ``gone_ticks`` (unless a holder view lists it again)."""
+    p = relay_planner("a3", n=16, per_source=4, gone_ticks=50)
+    p.set_source("trainer", 2, range(16), origin=True)
+    p.set_source("a1", 1, [])
+    p.set_dc_fetchers(["a1", "a3"], ["a2"])  # a2: a live member, as far as gossip knows
+    first = p.next_requests()
+    assert {r.source for r in first} == {"a2"}  # (taken for our upstream)
+    p.remove_source("a2")  # its connection refused: lost
+    again = p.next_requests()
+    assert again and "a2" not in {r.source for r in again}
+    for _ in range(10):
+        p.tick()
+        assert "a2" not in {r.source for r in p.next_requests()}
+
+
 def test_relay_asks_a_link_closing_a_gap_at_once_though_it_seems_behind() -> None:
     """The link before us dies; the one before it becomes our upstream, but we know its
     chunks only from gossip (a round late) and seem ahead of it. We ask it for our lowest

@@ -332,6 +332,7 @@ class _Run:
             },
             "ok": wrong == 0 and len(versions) == t.versions and not self.crashed,
             "wall_s": time.monotonic() - self.t0,
+            "dataplane": t.dataplane,
         }
 
 
@@ -424,7 +425,7 @@ def launch(
         f"[bold]tensorhub launch[/]: {len(t.nodes)} processes in "
         f"{len(t.datacenters)} datacenters ({', '.join(t.datacenters)}); trainer "
         f"{t.trainer.name}; Raft voters {', '.join(v.name for v in t.voters)}; "
-        f"{t.versions} versions"
+        f"{t.versions} versions; data plane {t.dataplane}"
         + (
             "; WAN "
             + ", ".join(

@@ -5,7 +5,8 @@ refused up front with the path of the offending key, before a process starts::
 
     model: {dim: 384, layers: 6, vocab: 4096, context: 32}   # TinyLM, trained for real
     run: {versions: 3, train_steps: 4}     # also chunk_mb, timeout_s, copies_before_reuse,
-                                           # lr, deltas (publish each version as a delta too)
+                                           # lr, deltas (publish each version as a delta too),
+                                           # dataplane (a preset: node, relay, ...)
     nodes:
       - {name: trainer, at: dc1/rack1, role: trainer}
       - {name: rollout-a1, at: dc1/rack1, voter: true}
@@ -27,6 +28,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from ..core.swarm.presets import preset
 from ..demo.model import TinyLMConfig
 
 
@@ -84,6 +86,7 @@ class Topology:
     copies: int | None = None  # full copies before the trainer reuses its memory
     lr: float = 3e-3  # the trainer's AdamW learning rate (RL fine-tuning runs 1e-6..1e-5)
     deltas: bool = False  # publish each version with a delta from the one before
+    dataplane: str = "node"  # every node's data-plane preset (core/swarm/presets.py)
 
     @property
     def copies_before_reuse(self) -> int:
@@ -163,6 +166,7 @@ class _RunDoc(_Doc):
     copies_before_reuse: Positive | None = None
     lr: PositiveFloat = 3e-3
     deltas: bool = False
+    dataplane: str = "node"
 
 
 class _NodeDoc(_Doc):
@@ -248,6 +252,7 @@ def from_dict(data: Any) -> Topology:
         copies=doc.run.copies_before_reuse,
         lr=doc.run.lr,
         deltas=doc.run.deltas,
+        dataplane=doc.run.dataplane,
     )
     validate(topo)
     return topo
@@ -278,6 +283,10 @@ def validate(t: Topology) -> None:
         raise TopologyError("versions and train_steps must be at least 1", "run")
     if t.timeout <= 0:
         raise TopologyError("timeout_s must be positive", "run.timeout_s")
+    try:
+        preset(t.dataplane)
+    except ValueError as e:
+        raise TopologyError(str(e), "run.dataplane") from None
     if t.chaos.kill_rollouts >= len(t.rollouts):
         raise TopologyError(
             "kill_rollouts must leave at least one rollout alive", "chaos.kill_rollouts"

@@ -52,6 +52,7 @@ async def _start(plan: Plan, out: Any) -> tuple[Hub, Any]:
         voter=me.voter,
         data_dir=f"{plan.data_dir}/{me.name}" if me.voter else None,
         secret=plan.secret,
+        dataplane=t.dataplane,
     )
     senders = sum(1 for n in t.nodes if n.dc == me.dc)
     links = {dc: Link(bw / senders, rtt) for dc, (bw, rtt) in t.links_from(me.dc).items()}

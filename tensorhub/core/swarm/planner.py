@@ -318,6 +318,7 @@ class ChunkPlanner:
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
         self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
+        self._removed: dict[str, int] = {}  # relay: sources lost or dead -> the tick
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
@@ -562,8 +563,12 @@ class ChunkPlanner:
         return self._listed
 
     def remove_source(self, name: str) -> list[int]:
-        """A holder left or died: its in-flight chunks go back to the pool."""
+        """A holder left or died: its in-flight chunks go back to the pool. A relay does
+        not take it for a link again for ``gone_ticks`` unless it is listed as a holder
+        again (see :meth:`_upstream`)."""
         self.unlist_source(name)
+        if self.cfg.relay:
+            self._removed[name] = self.now
         return [r.chunk for r in self._forget_requests(name)]
 
     def unlist_source(self, name: str) -> None:
@@ -991,7 +996,15 @@ class ChunkPlanner:
         me = self.me
         chain = self._links()
         if self._began is None or self.now < self._began + self.cfg.member_grace:
-            chain.update(n for n in (*self.dc_fetchers, *self.dc_members) if n not in self.sources)
+            # (Not one we lost a moment ago, which the membership still lists: a link killed
+            # mid-run refused each connection at once, and its downstream asked it again
+            # some 8,000 times in the half second of member_grace; tests/test_launch.py.)
+            removed, gone = self._removed, self.now - self.cfg.gone_ticks
+            chain.update(
+                n
+                for n in (*self.dc_fetchers, *self.dc_members)
+                if n not in self.sources and removed.get(n, gone) <= gone
+            )
         else:  # members never heard of as holders since are not links any more
             chain -= {n for n in self._assumed if not self.sources[n].chunks} - set(
                 self.dc_fetchers
@@ -1332,7 +1345,15 @@ class ChunkPlanner:
         return True
 
     def _may_cross_wan(self, chunk: int) -> bool:
-        """May we fetch ``chunk`` across the WAN now? If not, it sleeps until it might."""
+        """May we fetch ``chunk`` across the WAN now? If not, it sleeps until it might.
+
+        A relay link swarms only as its datacenter's chain head (no link before it) or to
+        repair what its upstream cannot give: it may always cross. The chunk's owner is
+        most likely a link that relays from its upstream and never crosses, and waiting
+        for it (alive, fetching) left a datacenter's whole chain with nothing: every
+        rollout of the remote datacenter failed the version (tests/test_launch.py)."""
+        if self.cfg.relay:
+            return True
         order = self._owners.get(chunk)
         if order is None:
             members = (
@@ -1342,7 +1363,10 @@ class ChunkPlanner:
         return self._our_turn(chunk, order, self._waiting)
 
     def _may_enter_rack(self, chunk: int) -> bool:
-        """May we fetch ``chunk`` from outside our rack now? Only its rack owner may, first."""
+        """May we fetch ``chunk`` from outside our rack now? Only its rack owner may, first
+        (a relay link may at once, as across the WAN: see :meth:`_may_cross_wan`)."""
+        if self.cfg.relay:
+            return True
         if self._rack is None:
             self._rack_stale = False
             self._rack = self._rack_mates()
