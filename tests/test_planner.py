@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from tensorhub.core.swarm import ChunkPlanner, DcView, Failure, PlannerConfig, Request, wan_owner
 from tensorhub.core.swarm.planner import (
     LAG_CHUNKS,
+    RELAY_HOP_WAIT,
     RELAY_PATIENCE,
     RELAY_STALL,
     RELAY_START_WAIT,
+    RELAY_WAIT,
     owner_order,
 )
 
@@ -1087,3 +1089,29 @@ def test_unheld_lists_what_no_known_source_holds_and_a_full_source_covers_all() 
     assert p.unheld() == [0, 2, 3]
     p.set_source("b", 1, range(4))  # a complete holder
     assert p.unheld() == []
+
+
+def test_a_relay_link_far_down_a_chain_waits_longer_for_its_first_chunk() -> None:
+    """bench/linerate.py, 16 receivers at 250 Mbit/s: the first chunk reaches the k-th link
+    only after k hops, and the last four links, their upstreams still holding nothing
+    after ``RELAY_WAIT``, took their chunks from the publisher: the chain came apart
+    (2.2-3.3x one copy). An upstream holding nothing is waited for ``RELAY_HOP_WAIT`` more
+    per link before us."""
+    links = [f"n{i:02d}" for i in range(1, 16)]
+    p = relay_planner("n16", n=64, per_source=4)
+    p.set_source("origin", 1, range(64), origin=True)
+    for name in links:
+        p.set_source(name, 1, [])
+    first = p.next_requests()
+    assert {r.source for r in first} == {"n15"}
+    for r in first:
+        p.failed(r.chunk, r.source, Failure.MISSING)  # "not yet": it holds nothing
+    patience = RELAY_WAIT + len(links) * RELAY_HOP_WAIT
+    waited = 0
+    while waited < patience + 5:
+        p.tick()
+        waited += 1
+        if "origin" in {r.source for r in p.next_requests()}:
+            break  # it swarms now
+    # longer than a link with no one before it waits, by at least a tick a link
+    assert RELAY_WAIT + len(links) < waited and patience - 2 <= waited <= patience + 4, waited

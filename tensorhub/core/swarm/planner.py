@@ -75,6 +75,14 @@ slowed the whole chain (simulated, a receiver joining halfway)."""
 RELAY_WAIT = 50
 """Ticks a relay waits, as far ahead of its upstream as it may ask, for the upstream to gain
 a chunk before the swarm fills in (an upstream that gains none that long has stalled)."""
+RELAY_HOP_WAIT = 5
+"""Ticks more a relay waits for an upstream that holds nothing yet, per link before us in
+the chain: the first chunk reaches the k-th link only once it has passed k hops, each
+trailing the one before by a piece or two, each a process on a busy host. Waiting
+``RELAY_WAIT`` alone, the last four links of a 16-link chain at 250 Mbit/s gave up on
+their upstreams half a second in and took their chunks from the publisher, which
+redirected them: the chain came apart (bench/linerate.py, 2.2-3.3x one copy, where 8
+links held at 1.03x)."""
 RELAY_START_WAIT = 20
 """Ticks a relay waits for a link that answered it has not begun its fetch (fetches that
 start together began up to 160 ms apart on bench/linerate.py's 9 processes); a member
@@ -319,6 +327,7 @@ class ChunkPlanner:
         self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._removed: dict[str, int] = {}  # relay: sources lost or dead -> the tick
+        self._relay_hops = 0  # relay: links before us in the chain, at the last look
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
@@ -958,7 +967,11 @@ class ChunkPlanner:
         src = self.sources[up]
         if not self._usable(src):
             return []  # it has not begun its fetch yet: wait for it (see _not_started)
-        if not src.chunks and up in self._relay_asked and self._waited_out(src):
+        if (
+            not src.chunks
+            and up in self._relay_asked
+            and self._waited_out(src, self._relay_hops * RELAY_HOP_WAIT)
+        ):
             # It holds nothing and gained nothing for RELAY_WAIT ticks: the swarm fills in.
             # (Asking it again each time its "not yet" expired kept the relay busy for
             # good: two chunks blocked a tick apart always left one to ask, so the wait
@@ -976,14 +989,14 @@ class ChunkPlanner:
                 return out
         return None
 
-    def _waited_out(self, up: SourceInfo) -> bool:
-        """Whether our upstream's run of chunks has not grown for ``RELAY_WAIT`` ticks
-        (counted from when we first found it there)."""
+    def _waited_out(self, up: SourceInfo, more: int = 0) -> bool:
+        """Whether our upstream's run of chunks has not grown for ``RELAY_WAIT`` (and
+        ``more``) ticks (counted from when we first found it there)."""
         frontier = self._prefix(up)
         if frontier != self._relay_waits[0]:
             self._effects += 1
             self._relay_waits = (frontier, self.now)
-        return self.now >= self._relay_waits[1] + RELAY_WAIT
+        return self.now >= self._relay_waits[1] + RELAY_WAIT + more
 
     def _upstream(self) -> str | None:
         """Whom we relay from (``relay``): the nearest node before us in our datacenter's
@@ -1019,7 +1032,9 @@ class ChunkPlanner:
             # 1 GiB: five laggards on one link's uplink, 4.4x one copy)
             mine = (True, "")
         skipped = False  # a live link between us and our upstream (see _note_lag)
-        for name in sorted((n for n in chain if key(n) < mine), key=key, reverse=True):
+        before = sorted((n for n in chain if key(n) < mine), key=key, reverse=True)
+        self._relay_hops = len(before)  # (links between the origin and us: see RELAY_HOP_WAIT)
+        for name in before:
             src = self.sources.get(name)
             if src is None:  # a member not yet heard of as a holder: it will be one
                 self._effects += 1
