@@ -272,8 +272,7 @@ class FetchSession:
             # to it ends here too. Left running, one whose bytes still arrived (a request
             # that failed alone, its connection up) would land beside the first copy the
             # pool asks of someone else, in the same destination.
-            out = self._abandon_all([q for q in self.phase if q.source == r.source])
-            p.remove_source(r.source)
+            out = self._forget_source(r.source)
         p.failed(r.chunk, r.source, _FAILURE[outcome])
         for addr, tier in holders:
             p.add_chunk(addr, r.chunk, tier)
@@ -301,7 +300,12 @@ class FetchSession:
     def _drop_dead(self, source: str) -> list[Action]:
         self._doubted.pop(source, None)
         self.trouble["holder dead"] += 1
-        out = self._abandon_all(q for q in self.phase if q.source == source)
+        return self._forget_source(source)
+
+    def _forget_source(self, source: str) -> list[Action]:
+        """``source`` is gone (dead, or its connection lost): every request in flight to
+        it ends, and the planner plans without it (its chunks return to the pool)."""
+        out = self._abandon_all([q for q in self.phase if q.source == source])
         self.planner.remove_source(source)
         return out
 
