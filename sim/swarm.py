@@ -311,7 +311,7 @@ class Swarm:
         self._pump(f)
         self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f))
 
-    def _listed(self, f: str) -> None:
+    def _listed(self, f: str, lagging: bool = False) -> None:
         """``f`` began its fetch ``hint_delay`` ago: the holder views of those with it in
         their peer set list it now, with what it holds, as the node's holder view lists a
         fetcher once it announced its (empty) replica. Listed from the start instead, a
@@ -319,13 +319,15 @@ class Swarm:
         (backed off ``gone_ticks``), where the node still takes it for a member that is
         about to begin and waits for it (``ChunkPlanner._not_started``): a relay link
         starting 0.2 ms after its downstream cost the simulated chain 25 % of a copy, and
-        none of the namespace runs (bench/linerate.py, links up to 12 ms apart)."""
+        none of the namespace runs (bench/linerate.py, links up to 12 ms apart).
+        ``lagging``: its relay fell behind, which the node advertises at once
+        (Holding.lagging)."""
         node = self.nodes[f]
         if node.dead or node.withdrawn:
             return
         held = [c for c in range(self.cfg.chunks) if node.have[c]]
         for g, other, session in self._fetching_followers(f):
-            session.set_source(f, self.c.tier(g, f), held)
+            session.set_source(f, self.c.tier(g, f), held, False, lagging)
             self._news(g, other)
 
     def _fetching_followers(self, f: str) -> Iterator[tuple[str, _Node, FetchSession]]:
@@ -472,6 +474,7 @@ class Swarm:
         self._perform(f, session.requests(self.e.now))
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)
+            self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:
             self._wake_later(f)
 
@@ -534,6 +537,7 @@ class Swarm:
             cut_through=cut,
             landing=landing,
             lagging=src.lagging,
+            asker_lagging=self.nodes[f].lagging,
         )
         if d.verdict is Verdict.PARK:  # answer once it lands (cut through) or has arrived
             (src.starting if cut else src.parked).setdefault(c, []).append(

@@ -544,7 +544,7 @@ class Hub:
             if names is not None and name not in names:
                 continue
             chunks = None if h.complete else h.chunks()  # None: all (O(1) for the planner)
-            out.append(Holder(addr, tier(me, loc), chunks, h.origin))
+            out.append(Holder(addr, tier(me, loc), chunks, h.origin, h.lagging))
         out.sort(key=lambda h: h.tier)
         gone = [
             a
@@ -799,14 +799,20 @@ class Hub:
         if replica is None:
             await self._free(into, dp, version)
 
+        lagging = [False]  # as last advertised
+
         def progress(filling: Replica, chunk: int) -> None:
-            # Advertise the replica at once, then about 64 times per fetch, then when whole:
-            # each advertisement is a gossip write of the full bitmap.
+            # Advertise the replica at once, then about 64 times per fetch, then when whole
+            # (each advertisement is a gossip write of the full bitmap), and at once when
+            # its relay fell behind (another that does relays from it: Holding.lagging).
             n = len(filling.have)
             step = max(1, n // 64)
             held = filling.held
-            if chunk < 0 or held % step == 0 or held == n:
-                self.gossip.advertise(dp, version, filling.have, borrowed=True)
+            if chunk < 0 or held % step == 0 or held == n or filling.lagging != lagging[0]:
+                lagging[0] = filling.lagging
+                self.gossip.advertise(
+                    dp, version, filling.have, borrowed=True, lagging=filling.lagging
+                )
 
         if replica is not None and replica.complete:  # a delta rebuilt every chunk
             return await swarm_fill(self.node, replica, [], on_chunk=progress)

@@ -138,3 +138,29 @@ def test_a_lagging_relay_link_parks_nothing(
         lagging=True,
     )
     assert got.verdict is want
+
+
+@pytest.mark.parametrize(
+    ("have", "incoming", "landing", "want"),
+    [
+        (False, True, False, Verdict.PARK),  # asked for, not landing yet: wait for it
+        (False, True, True, Verdict.SERVE),  # landing: cut through
+        (False, False, False, Verdict.NO_CHUNK),
+        (True, False, False, Verdict.SERVE),
+    ],
+)
+def test_a_lagging_relay_link_parks_for_a_laggard_after_it(
+    have: bool, incoming: bool, landing: bool, want: Verdict
+) -> None:
+    """A laggard that relays from us (the laggards chain behind the tail) gets what any
+    link's downstream gets: what we lack comes to us first, from the link before us."""
+    got = serve_decision(
+        have=have,
+        incoming=incoming,
+        admit=lambda: True,
+        cut_through=True,
+        landing=landing,
+        lagging=True,
+        asker_lagging=True,
+    )
+    assert got.verdict is want

@@ -143,6 +143,26 @@ def test_a_relay_chain_runs_around_a_receiver_on_a_half_rate_nic() -> None:
     assert times[4] / 2 < 1.05
 
 
+def test_a_healthy_link_judged_lagging_does_not_share_the_tail_with_the_slow_one() -> None:
+    """Regression, bench/linerate.py --case slow at ``lag_chunks`` 4, simulated with one
+    round's starts (receivers began up to 3.3 ms apart): r2, healthy, judged itself
+    lagging 13 chunks in and moved to the tail; then r5, the slow one. Both relayed from
+    the tail and r2 got half its uplink: 1.97x one copy. Laggards now chain (a laggard
+    relays from the laggard before it that is ahead of it, which parks for it): r2 relays
+    from the tail, r5 from r2 or the tail, and the healthy finish within 1.3x."""
+    import dataclasses
+
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import RELAY
+
+    cfg = dataclasses.replace(RELAY, planner=dataclasses.replace(RELAY.planner, lag_chunks=4))
+    began = {1: 0.0, 2: 0.00233, 3: 0.00176, 4: 0.002028, 5: 0.002565, 6: 0.002335,
+             7: 0.00302, 8: 0.003276}  # fmt: skip
+    times = predict_each(8, 256 << 20, 1000.0, 4 << 20, cfg, 1, {5: 500.0}, late=began)
+    print("each receiver / one copy:", [round(t, 3) for t in times])
+    assert max(t for i, t in enumerate(times, 1) if i != 5) < 1.3
+
+
 def test_a_relay_chain_goes_on_without_a_receiver_that_joins_halfway() -> None:
     """bench/linerate.py --case late, simulated: receiver 5 of 8 begins its fetch half a
     copy late. Its downstream relays from the link before it meanwhile and after (a link

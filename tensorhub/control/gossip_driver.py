@@ -133,10 +133,12 @@ class GossipNode:
         *,
         origin: bool = False,
         borrowed: bool = False,
+        lagging: bool = False,
     ) -> None:
-        """Tell the cluster which chunks of (key, version) we hold, verified, and whether
-        that memory is the application's to reuse (``borrowed``)."""
-        holding = Holding.of(have, origin, borrowed)
+        """Tell the cluster which chunks of (key, version) we hold, verified, whether
+        that memory is the application's to reuse (``borrowed``), and whether our relay
+        fell behind (``lagging``)."""
+        holding = Holding.of(have, origin, borrowed, lagging)
         self.core.set_local(hold_key(key, version), encode_holding(holding))
 
     def withdraw(self, key: ShardKey, version: int) -> None:

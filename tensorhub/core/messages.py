@@ -120,6 +120,10 @@ class GetChunk(Message, frozen=True, tag="get_chunk"):
     """The asker will serve the chunk onward. False for a partial read (a stream's bucket,
     a rank's slice): an origin then does not count it among the chunk's recipients, whom
     it sends later askers to."""
+    lagging: bool = False
+    """The asker is a relay link that fell behind (ChunkPlanner.lagging) and relays from
+    us, a link that fell behind before it: we park what we lack for it, as any link does,
+    where a link that is not lagging is answered "busy" (see serve.serve_decision)."""
 
 
 @register

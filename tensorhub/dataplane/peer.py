@@ -354,6 +354,7 @@ class PeerHandler:
             cut_through=self.cut_through,
             landing=landing is not None,
             lagging=replica.lagging,
+            asker_lagging=msg.lagging,
         )
         if d.verdict is Verdict.PARK:
             replica.park(msg.chunk, lambda: self._unpark(msg), until_bytes=self.cut_through)
@@ -537,7 +538,9 @@ class PeerHandler:
             shaper = self._shaper()
             if shaper is not None:  # WAN emulation: the request leaves one RTT late
                 await shaper.request(self.conn.peer or "?")
-            msg = GetChunk(rid, replica.key, replica.version, chunk, replica.onward)
+            msg = GetChunk(
+                rid, replica.key, replica.version, chunk, replica.onward, replica.lagging
+            )
             await self.conn.send(msg)
             await req.fut
             verified = True

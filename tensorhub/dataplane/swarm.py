@@ -239,7 +239,7 @@ async def swarm_fill(
 
 def _use(session: FetchSession, holders: Iterable[Holder]) -> None:
     for h in holders:
-        session.set_source(h.addr, h.tier, h.chunks, h.origin)
+        session.set_source(h.addr, h.tier, h.chunks, h.origin, h.lagging)
 
 
 def _apply(session: FetchSession, driver: _Driver, news: SourceNews) -> None:

@@ -30,6 +30,7 @@ class Holder:
     tier: int = 2
     chunks: Iterable[int] | None = None
     origin: bool = False  # the publisher: asked last, it super-seeds
+    lagging: bool = False  # a relay link that fell behind (see Holding.lagging)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ class Holding(msgspec.Struct, frozen=True, array_like=True):
     """Held in memory its application may reuse (an engine's own weights, a trainer's
     tensors served in place): it ends when they are overwritten, so it does not count as a
     copy that will stay when the last lasting one is about to go."""
+    lagging: bool = False
+    """A relay link that fell behind and relays from the chain's tail: another that falls
+    behind relays from it rather than sharing the tail's uplink (ChunkPlanner._upstream)."""
 
     def has(self, chunk: int) -> bool:
         return (
@@ -42,13 +45,19 @@ class Holding(msgspec.Struct, frozen=True, array_like=True):
         return [int(i) for i in np.flatnonzero(bits[: self.num_chunks])]
 
     @classmethod
-    def of(cls, have: bytes | bytearray, origin: bool = False, borrowed: bool = False) -> Holding:
+    def of(
+        cls,
+        have: bytes | bytearray,
+        origin: bool = False,
+        borrowed: bool = False,
+        lagging: bool = False,
+    ) -> Holding:
         """From a byte-per-chunk "have" array (as a replica keeps it)."""
         bits = bytearray((len(have) + 7) // 8)
         for i, h in enumerate(have):
             if h:
                 bits[i >> 3] |= 1 << (i & 7)
-        return cls(len(have), bytes(bits), origin, borrowed)
+        return cls(len(have), bytes(bits), origin, borrowed, lagging)
 
 
 _enc = msgspec.msgpack.Encoder()

@@ -478,15 +478,26 @@ class ChunkPlanner:
                 self._return(c)
 
     def set_source(
-        self, name: str, tier: int, chunks: Iterable[int] | None, *, origin: bool = False
+        self,
+        name: str,
+        tier: int,
+        chunks: Iterable[int] | None,
+        *,
+        origin: bool = False,
+        lagging: bool = False,
     ) -> None:
         """A holder of this version (from the holder view); replaces what we knew of it,
         keeping chunks we were told of directly (redirects) that the view lags behind on.
         ``chunks`` None (or ``range(num_chunks)``): it holds them all, which costs O(1) once
-        it is known as such."""
+        it is known as such. ``lagging``: a relay link that fell behind (relay: it is the
+        tail's, and a laggard's upstream; see _upstream). Once lagging, a link stays so
+        for this fetch (as it does itself)."""
         if name == self.me:
             return
         self._changes += 1
+        if lagging and name not in self._lagging:
+            self._effects += 1
+            self._lagging.add(name)
         self._not_begun.discard(name)  # (the view lists it: it began)
         full = chunks is None or (isinstance(chunks, range) and chunks == range(self.num_chunks))
         src = self.sources.get(name)
@@ -1025,12 +1036,15 @@ class ChunkPlanner:
         key = self._chain_key
         mine = key(me)
         held, behind = self.num_chunks - self._missing, LAG_CHUNKS
-        if mine[0]:  # a laggard relays from the tail: never from another laggard (which
-            # would refuse it what it lacks, and it would ask again), nor from a link
-            # before the tail, though the tail is behind it: it would share that link's
-            # uplink with the link after it, which would then fall behind too (measured,
-            # 1 GiB: five laggards on one link's uplink, 4.4x one copy)
-            mine = (True, "")
+        # A laggard relays from the nearest laggard before us that we know of (it refused
+        # us, or the holder view says so) and that is ahead of us, else from the tail;
+        # never from a link before the tail, though the tail is behind it: it would share
+        # that link's uplink with the link after it, which would then fall behind too
+        # (measured, 1 GiB: five laggards on one link's uplink, 4.4x one copy). Nor do
+        # laggards all share the tail's uplink: a healthy link judged lagging, then the
+        # slow one, each got half of it (bench/linerate.py --case slow at lag 4: 2.04x
+        # one copy; simulated with a round's starts, r2 then r5: 1.97x, chained 1.24x).
+        # A laggard parks what it lacks for a laggard (GetChunk.lagging), so they chain.
         skipped = False  # a live link between us and our upstream (see _note_lag)
         before = sorted((n for n in chain if key(n) < mine), key=key, reverse=True)
         self._relay_hops = len(before)  # (links between the origin and us: see RELAY_HOP_WAIT)
@@ -1042,6 +1056,8 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
+            if mine[0] and name in self._lagging and src.top + 1 <= held:
+                continue  # a laggard no further than us (the slow one?): not to wait on
             if not mine[0] and name not in self._full and src.top + 1 + behind < held:
                 # Far behind us (it joined late, or moved to the tail): it has nothing for
                 # us, and relaying from it would hold us to its pace (simulated, a receiver

@@ -10,8 +10,10 @@ A holder asked for a chunk answers one of five ways (:class:`Verdict`), in this 
    manifest, as always), and a request for one asked for but not landing yet is parked
    until its bytes begin to land: a relay's next hop then trails its upstream by a
    piece, not by a whole chunk. A relay link that fell behind and moved to the chain's
-   tail (``lagging``, see ChunkPlanner) parks nothing: BUSY, which moves its downstream
-   on to the link before it (what it lacks reaches it only through that downstream now).
+   tail (``lagging``, see ChunkPlanner) parks nothing for a link that did not: BUSY,
+   which moves its downstream on to the link before it (what it lacks reaches it only
+   through that downstream now). An asker that fell behind too relays from it, the
+   laggards chained behind the tail, and is parked for as any link is.
 2. Its upload queue is full for this asker: BUSY (the asker tries another holder instead
    of holding one of its few request slots in our queue).
 3. It is a super-seeding origin and this chunk already went out to someone who can pass
@@ -56,14 +58,16 @@ def serve_decision(
     cut_through: bool = False,
     landing: bool = False,
     lagging: bool = False,
+    asker_lagging: bool = False,
 ) -> ServeDecision:
     """How to answer a request for a chunk of a version held here (see the module
     docstring). ``incoming``: we asked for the chunk; ``landing``: its bytes are arriving
     into our memory now (only read with ``cut_through``). ``admit`` and ``seed`` are asked
     only when the answer depends on them: ``admit`` counts refusals, and ``seed`` looks at
-    the membership view. ``lagging``: we are a relay link that fell behind."""
+    the membership view. ``lagging``: we are a relay link that fell behind;
+    ``asker_lagging``: so is the asker, which relays from us (ChunkPlanner._upstream)."""
     if not have and not (cut_through and landing):
-        if lagging:
+        if lagging and not asker_lagging:
             return ServeDecision(Verdict.BUSY)
         return ServeDecision(Verdict.PARK if incoming else Verdict.NO_CHUNK)
     if not admit():

@@ -167,12 +167,17 @@ class FetchSession:
 
     @_input
     def set_source(
-        self, name: str, tier: int, chunks: Iterable[int] | None, origin: bool = False
+        self,
+        name: str,
+        tier: int,
+        chunks: Iterable[int] | None,
+        origin: bool = False,
+        lagging: bool = False,
     ) -> None:
         """A holder of this version, as the holder view has it (see ChunkPlanner)."""
         if chunks is not None and not isinstance(chunks, range | list | tuple):
             chunks = sorted(chunks)  # (a recording holds values, not iterators)
-        self.planner.set_source(name, tier, chunks, origin=origin)
+        self.planner.set_source(name, tier, chunks, origin=origin, lagging=lagging)
 
     @_input
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
