@@ -816,6 +816,7 @@ def test_laggards_chain_behind_the_tail_each_from_one_ahead_of_it() -> None:
     than us (the slow one, perhaps) would hold us to its pace: the tail then. (Before
     laggards parked for each other, a laggard refused another everything it lacked, and
     it asked again at once: a livelock; a refusal still blocks the chunk there a while.)"""
+
     def laggard(held: int) -> ChunkPlanner:
         p = relay_planner("n6", n=32, per_source=4)
         for name in ("n1", "n2", "n3", "n4", "n7", "n8"):

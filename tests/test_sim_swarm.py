@@ -163,6 +163,21 @@ def test_a_healthy_link_judged_lagging_does_not_share_the_tail_with_the_slow_one
     assert max(t for i, t in enumerate(times, 1) if i != 5) < 1.3
 
 
+def test_a_relay_chain_runs_around_a_half_rate_receiver_at_250_mbit() -> None:
+    """The slow case at a quarter of the rate: a 4 MiB chunk takes 13 planner ticks, and
+    a look at whether the slow link keeps falling behind lasted 20 ticks, in which it fell
+    less than a chunk further behind: it was never judged lagging and every link after it
+    ran at its pace, 2.03x one copy. A look now also waits for the upstream to gain
+    LAG_WATCH_CHUNKS chunks."""
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import RELAY
+
+    times = predict_each(8, 256 << 20, 250.0, 4 << 20, RELAY, seed=1, rates={5: 125.0})
+    print("each receiver / one copy:", [round(t, 3) for t in times])
+    assert max(t for i, t in enumerate(times, 1) if i != 5) < 1.3
+    assert times[4] / 2 < 1.05
+
+
 def test_a_relay_chain_goes_on_without_a_receiver_that_joins_halfway() -> None:
     """bench/linerate.py --case late, simulated: receiver 5 of 8 begins its fetch half a
     copy late. Its downstream relays from the link before it meanwhile and after (a link

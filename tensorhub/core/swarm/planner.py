@@ -109,6 +109,14 @@ link on a half-rate NIC mid-chain (bench/linerate.py --case slow) caught its ups
 news between two bursts, took the gap for flat, and never judged itself lagging in one
 round of four: the chain after it ran at half rate (2.05-2.25x one copy, where a round
 that judged it at 13 chunks took 1.33x)."""
+LAG_WATCH_CHUNKS = 5
+"""Chunks the upstream must gain, as well as ``RELAY_START_WAIT`` ticks pass, for a look at
+whether a link that fell ``LAG_CHUNKS`` behind keeps falling behind. In ticks alone the
+look scaled with the NIC's rate: at 250 Mbit/s a 4 MiB chunk takes 13 ticks, a link at
+half rate fell less than a chunk further behind in one look, was never judged lagging,
+and the chain after it ran at its pace (simulated, bench/linerate.py --case slow at 250
+Mbit/s: 2.03x one copy). 5 chunks take less than the 20 ticks at 1 Gbit/s and more: the
+look there is as it was."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -332,7 +340,7 @@ class ChunkPlanner:
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
         self._relay_skipped = False  # our upstream is not the link just before us
-        self._lag_seen: tuple[int, int] | None = None  # (tick, lag) when it first crossed
+        self._lag_seen: tuple[int, int, int] | None = None  # (tick, lag, its chunks) then
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -1134,7 +1142,8 @@ class ChunkPlanner:
             return
         lag = self._lag
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
-        gap = (self.num_chunks if up in self._full else src.top + 1) - ours
+        up_count = self.num_chunks if up in self._full else src.top + 1
+        gap = up_count - ours
         if gap < 0:  # it is behind us (for now): nothing to judge
             self._lag_least = self._lag_seen = None
             return
@@ -1155,18 +1164,24 @@ class ChunkPlanner:
             # and shared the tail's uplink: 4.4x one copy; bench/linerate.py, session 21.)
             return
         if self._lag_seen is None:  # that far behind: are we still falling behind?
-            self._lag_seen = (self.now, gap)
+            self._lag_seen = (self.now, gap, up_count)
             return
-        since, then = self._lag_seen
-        waited, grew = self.now - since, gap - then
-        if waited < RELAY_START_WAIT:
+        since, then, up_then = self._lag_seen
+        grew = gap - then
+        # A look is a RELAY_START_WAIT of ticks in which the upstream also gained
+        # LAG_WATCH_CHUNKS: at 250 Mbit/s the ticks alone are a chunk and a half, in which
+        # a link at half rate falls less than a chunk further behind.
+        looks = min(
+            (self.now - since) // RELAY_START_WAIT, (up_count - up_then) // LAG_WATCH_CHUNKS
+        )
+        if looks < 1:
             return
         # Still falling behind: by lag // 4 at the first look, by lag // 2 at a later one.
         # News of the upstream's chunks comes in bursts (between the chunks it sends us, on
         # the link that is slow), so one look may find the gap flat for a moment.
-        need = lag // 4 if waited < 2 * RELAY_START_WAIT else lag // 2
+        need = lag // 4 if looks < 2 else lag // 2
         if grew < need:
-            if waited >= LAG_WATCH * RELAY_START_WAIT:  # a stall (a busy host), not a slow
+            if looks >= LAG_WATCH:  # a stall (a busy host), not a slow
                 self._lag_least, self._lag_seen = gap, None  # link: it stays as far
             return  # behind as it fell; go on
         self._effects += 1
