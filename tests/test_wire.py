@@ -318,3 +318,22 @@ def test_a_message_too_large_for_a_header_travels_packed() -> None:
     assert not encode_frame(small)[1]  # small messages stay headers
     with pytest.raises(ProtocolError, match="packed"):
         unpack(encode_frame(Packed(), [b"x"])[0][PREFIX.size :])
+
+
+def test_a_get_chunk_from_a_link_that_is_not_lagging_reads_as_before_the_field() -> None:
+    """GetChunk.lagging (a relay laggard asking the laggard before it) is left out of the
+    frame when false, as ``onward`` is when true: a node that predates the field, which
+    refuses unknown fields, still reads every other request."""
+    import msgspec
+
+    class Before(msgspec.Struct, frozen=True, tag="get_chunk", tag_field="t"):
+        req: int
+        model: str
+        version: int
+        chunk: int
+        onward: bool = True
+
+    plain = msgspec.msgpack.encode(GetChunk(1, "m", 2, 3))
+    assert msgspec.msgpack.decode(plain, type=Before) == Before(1, "m", 2, 3)
+    lagging = GetChunk(1, "m", 2, 3, lagging=True)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(lagging), type=GetChunk) == lagging

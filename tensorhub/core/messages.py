@@ -111,7 +111,7 @@ class ManifestData(Message, frozen=True, tag="manifest"):
 
 
 @register
-class GetChunk(Message, frozen=True, tag="get_chunk"):
+class GetChunk(Message, frozen=True, tag="get_chunk", omit_defaults=True):
     req: int
     key: ShardKey = msgspec.field(name="model")
     version: int
@@ -123,7 +123,9 @@ class GetChunk(Message, frozen=True, tag="get_chunk"):
     lagging: bool = False
     """The asker is a relay link that fell behind (ChunkPlanner.lagging) and relays from
     us, a link that fell behind before it: we park what we lack for it, as any link does,
-    where a link that is not lagging is answered "busy" (see serve.serve_decision)."""
+    where a link that is not lagging is answered "busy" (see serve.serve_decision). Left
+    out of the frame when false (``omit_defaults``, as ``onward`` when true): a node that
+    predates it, which refuses unknown fields, reads every other request."""
 
 
 @register

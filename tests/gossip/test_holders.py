@@ -39,3 +39,22 @@ def test_a_holding_that_does_not_decode_is_ignored() -> None:
     view.update("ghost", hold_key("m", 1), encode_holding(Holding.of(b"\1")))
     view.update("junk", hold_key("m", 1), b"\xc1not msgpack")
     assert set(view.holders("m", 1)) == {"ghost"}
+
+
+def test_a_holding_without_the_lagging_flag_reads_as_not_lagging_and_back() -> None:
+    """Holding.lagging (a relay link that fell behind) is a trailing field: a holding
+    advertised by a node that predates it reads as not lagging, and one that has it reads
+    on such a node as before."""
+    import msgspec
+
+    class Before(msgspec.Struct, frozen=True, array_like=True):
+        num_chunks: int
+        bitmap: bytes
+        origin: bool = False
+        borrowed: bool = False
+
+    old = msgspec.msgpack.encode(Before(3, b"\x05", True, True))
+    assert msgspec.msgpack.decode(old, type=Holding) == Holding(3, b"\x05", True, True, False)
+    new = encode_holding(Holding.of(b"\x01\x00\x01", lagging=True))
+    assert msgspec.msgpack.decode(new, type=Before) == Before(3, b"\x05")
+    assert msgspec.msgpack.decode(new, type=Holding).lagging
