@@ -766,6 +766,41 @@ def test_a_relay_link_that_stalled_once_is_not_lagging() -> None:
     _never_lagging(_relay_n5(n=256), 120, lambda step: 5 + (stall if step >= 30 else 0))
 
 
+def test_a_relay_link_starved_of_cpu_twice_is_not_lagging_once_told() -> None:
+    """n5 keeps pace with n4, but twice its process does not run for 30 ticks, 50 ticks
+    apart, while n4 goes on. The first stall's jump starts a look (is it still falling
+    behind?); the second lands inside that look, and the jump reads as a slow NIC. Told
+    by its driver that it stalled (FetchSession.stalled, when its loop did not run for
+    STALL_TICKS), the look begins again after each stall and sees it keep pace. A link
+    that is slow is still judged, told of a stall or not."""
+
+    def run(tell: bool, slow: bool) -> int | None:
+        p = _relay_n5(n=256)
+        have, upstream, inflight = 0, 5, []
+        for step in range(240):
+            upstream += 1
+            if 40 <= step < 70 or 120 <= step < 150:
+                p.tick()  # (no CPU: it hears nothing and asks nothing)
+                continue
+            if tell and step in (70, 150):
+                p.stalled()
+            p.set_source("n4", 1, range(min(p.num_chunks, upstream)))
+            inflight += p.next_requests()
+            if inflight and (not slow or step % 2):
+                r = inflight.pop(0)
+                p.received(r.chunk, r.source)
+                have += 1
+            p.tick()
+            if p.lagging:
+                return step
+        return None
+
+    assert run(tell=False, slow=False) is not None  # (what the stall did before)
+    assert run(tell=True, slow=False) is None
+    judged = run(tell=True, slow=True)
+    assert judged is not None and judged < 70, judged
+
+
 def test_a_relay_link_keeping_pace_is_not_lagging() -> None:
     """Its upstream stays ahead by what is in flight to us: that is the pipeline."""
     _never_lagging(_relay_n5(n=256), 120, lambda step: 5)

@@ -67,6 +67,11 @@ def slow_after(nbytes: int) -> float:
 
 TICK = 0.01
 
+STALL_TICKS = 5
+"""A fetch loop that did not run for more than this many ticks (it runs every tick) was
+stalled: its process had no CPU, or a callback held the event loop. The planner is told
+(FetchSession.stalled): a relay link's gap to its upstream grew while it did not run, not
+because its NIC is slow."""
 SUSPECT_TICKS = 10
 """A suspect source is asked for nothing new for this many ticks, renewed while gossip
 still suspects it (suspicion clears without news when the member refutes it)."""
@@ -287,10 +292,15 @@ async def _fetch_loop(
     key, version = replica.key, replica.version
     t_ticks = last_progress = time.monotonic()
     deadline = None if timeout is None else t_ticks + timeout
+    ran = [planner.now]  # the tick we last ran at
 
     def clock() -> None:
         """Advance the planner's ticks with wall time (TICK each); apply news."""
-        if session.advance(int((time.monotonic() - t_ticks) / TICK), SUSPECT_TICKS):
+        now = int((time.monotonic() - t_ticks) / TICK)
+        if now - ran[0] > STALL_TICKS:
+            session.stalled()
+        ran[0] = now
+        if session.advance(now, SUSPECT_TICKS):
             _suspend(session, driver.suspects)  # still suspected: renew
         while news:
             _apply(session, driver, news.pop(0))

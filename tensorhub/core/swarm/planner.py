@@ -1187,6 +1187,22 @@ class ChunkPlanner:
         self._effects += 1
         self._lagging.add(self.me)
 
+    def stalled(self) -> None:
+        """We did not run for a while (the driver's loop was starved of CPU): a look at
+        whether we keep falling behind our upstream (_note_lag) begins again from here.
+        While we did not run, our upstream sent on to the end of our socket buffer and
+        then waited, so the gap grew in one jump that says nothing of our NIC. A look
+        begun at one stall's jump and spanning a second took the second for a slow link
+        (tests/test_planner.py). Suspected, not traced, in the rounds where healthy links
+        judged themselves lagging under load and shared one uplink: 2.49x one copy in a
+        slow round of bench/linerate.py with a test run on the machine, 2.02x in a
+        healthy 1 GiB round with its cores 43 % busy (docs/results.md, sessions 21 and
+        22). A link that is slow keeps falling behind after a stall: the next look sees
+        it."""
+        if self._lag_seen is not None:
+            self._effects += 1
+            self._lag_seen = None
+
     def _went_on_without_us(self, lag: int) -> bool:
         """Is the link after us in the chain ``lag`` chunks in already (it relays past us:
         we began late)? Then relaying from our upstream would share its uplink with that

@@ -234,6 +234,12 @@ class FetchSession:
     # -- inputs --------------------------------------------------------------------------------
 
     @_input
+    def stalled(self) -> None:
+        """The driver did not run for a while (its process had no CPU): see
+        ChunkPlanner.stalled. The simulator models no CPU and never says so."""
+        self.planner.stalled()
+
+    @_input
     def requests(self, now: float) -> list[Action]:
         """New requests to send now, within the planner's limits."""
         out = self._take_back()
