@@ -498,6 +498,30 @@ def test_a_relay_chain_head_crosses_the_wan_for_every_chunk() -> None:
     assert {r.chunk for r in reqs} == set(range(16))
 
 
+def test_a_version_sliced_across_origins_swarms_where_one_whole_origin_relays() -> None:
+    """The node relays by default; the paper's scenarios slice each version across the
+    trainer's ranks. A chain draws from one origin, and every other slice would be left to
+    repair chunk by chunk: a relay planner that hears of an origin holding part of the
+    version swarms from then on, from every origin at once. One whole origin (the Hub's
+    case: one publisher per shard key), listed as a list of all its chunks as the
+    simulator lists it, still relays."""
+    whole = relay_planner("r2", n=16, per_source=4, total=16, initial_random=0)
+    whole.set_source("trainer", 2, list(range(16)), origin=True)
+    whole.set_source("r1", 1, [])
+    whole.set_dc_fetchers(["r1", "r2"])
+    assert whole.relay
+    assert {r.source for r in whole.next_requests()} == {"r1"}  # its upstream, ahead of it
+    sliced = relay_planner("r2", n=16, per_source=4, total=16, initial_random=0)
+    sliced.set_source("t0", 2, range(8), origin=True)
+    sliced.set_source("t1", 2, range(8, 16), origin=True)
+    sliced.set_source("r1", 1, [])
+    sliced.set_dc_fetchers(["r1", "r2"])
+    assert not sliced.relay
+    reqs = sliced.next_requests()
+    assert {r.source for r in reqs} == {"t0", "t1"}  # both slices at once
+    assert all((r.chunk < 8) == (r.source == "t0") for r in reqs)
+
+
 def test_a_relay_link_lost_is_not_taken_for_a_link_again_at_once() -> None:
     """The launcher, relay preset: a2 was killed; during a3's next fetch the membership
     still listed it, a3 took it for its upstream, the connection was refused at once, and

@@ -41,6 +41,7 @@ def test_the_node_runs_its_preset() -> None:
         uploads_per_peer=uploads.policy.per_peer,
         reserve_after=SUPER_SEED_AFTER,
         seed_spare=NODE.seed_spare,
+        cut_through=NODE.cut_through,  # (Node.start hands it to each PeerHandler)
     )
     assert got == NODE
     assert uploads.policy.near_waiting == uploads.policy.max_waiting
@@ -49,7 +50,7 @@ def test_the_node_runs_its_preset() -> None:
 def test_differences_names_nested_settings() -> None:
     other = dataclasses.replace(NODE, planner=dataclasses.replace(NODE.planner, total=1))
     assert differences(other, NODE) == {"planner.total"}
-    assert differences(dataclasses.replace(NODE, seed_spare=False), NODE) == {"seed_spare"}
+    assert differences(dataclasses.replace(NODE, seed_spare=True), NODE) == {"seed_spare"}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

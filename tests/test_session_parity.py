@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
 import torch
 
 from sim.engine import Engine
@@ -19,9 +20,10 @@ from sim.network import Network
 from sim.swarm import Swarm, SwarmConfig
 from sim.topology import GB, Cluster, TopologySpec
 from tensorhub.core.swarm import ChunkPlanner, PlannerConfig
+from tensorhub.core.swarm.presets import NODE, SWARM, DataPlaneConfig
 from tensorhub.core.swarm.session import Abandon, Input, Outcome, Send, replay
 from tensorhub.dataplane.node import Node
-from tensorhub.dataplane.swarm import SWARM_CONFIG, Holder, swarm_fetch
+from tensorhub.dataplane.swarm import Holder, swarm_fetch
 from tensorhub.io.tensors import empty_like_manifest
 
 from .models import same_bytes
@@ -37,11 +39,13 @@ def failures(record: list[Input]) -> list[Outcome]:
     return [i.args[1] for i in record if i.method == "failed"]
 
 
-async def test_the_node_shell_decides_nothing_the_core_does_not() -> None:
-    """Three holders (two in our rack, one farther), one of them closed mid-fetch."""
+@pytest.mark.parametrize("dataplane", [NODE, SWARM], ids=["relay", "swarm"])
+async def test_the_node_shell_decides_nothing_the_core_does_not(dataplane: DataPlaneConfig) -> None:
+    """Three holders (two in our rack, one farther), the one our first chunk came from
+    closed mid-fetch, under the node's relay and under the swarm."""
     g = torch.Generator().manual_seed(0)
     sd = {"w": torch.randn(8 << 20, generator=g), "b": torch.randn(1000, generator=g)}  # 33 chunks
-    nodes = [await Node.start(f"p{i}", secret=SECRET) for i in range(4)]
+    nodes = [await Node.start(f"p{i}", secret=SECRET, dataplane=dataplane) for i in range(4)]
     a, b, c, me = nodes
     try:
         m = a.serve("m", 1, sd, chunk_size=1 << 20)
@@ -55,11 +59,13 @@ async def test_the_node_shell_decides_nothing_the_core_does_not() -> None:
         def on_chunk(_replica: object, chunk: int) -> None:
             nonlocal landed
             landed += chunk >= 0
-            if landed == 1:  # a rack-mate holder goes away with requests in flight
-                for h in list(b.handlers):
+            if landed == 1:  # the holder it came from goes away with requests in flight
+                came = next(i.args[0].source for i in record if i.method == "receiving")
+                victim = next(n for n in (a, b, c) if n.address == came)
+                for h in list(victim.handlers):
                     h.conn.kill()
                 # (its listener closes in the task's first step, before any redial of ours)
-                closing.append(asyncio.ensure_future(b.close()))
+                closing.append(asyncio.ensure_future(victim.close()))
 
         into = empty_like_manifest(m)
         await swarm_fetch(
@@ -78,8 +84,8 @@ async def test_the_node_shell_decides_nothing_the_core_does_not() -> None:
     finally:
         for node in nodes:
             await node.close()
-    assert Outcome.LOST in failures(record), failures(record)  # b's loss reached the core
-    planner = ChunkPlanner(me.address, m.num_chunks, random.Random(7), SWARM_CONFIG)
+    assert Outcome.LOST in failures(record), failures(record)  # the loss reached the core
+    planner = ChunkPlanner(me.address, m.num_chunks, random.Random(7), dataplane.planner)
     assert replay(record, planner) == []
     assert planner.done
 

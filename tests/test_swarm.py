@@ -14,6 +14,7 @@ from tensorhub.core.errors import ChecksumMismatch, RemoteError, TransferError
 from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
+from tensorhub.core.swarm.presets import SWARM
 from tensorhub.core.swarm.session import Input
 from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
@@ -207,9 +208,17 @@ async def test_no_usable_holder_is_a_clear_error_and_leaves_nothing_advertised()
     async with nodes(2) as (a, me):
         m = a.serve("m", 1, sd, chunk_size=1 << 20)
         half = range(m.num_chunks // 2)
+        # (The swarm's planner: it asks a holder only for what it is said to hold. A relay
+        # asks its upstream ahead of that, and ``a``, said to hold half, holds it all.)
         with pytest.raises(TransferError, match="no usable holder"):
             await swarm_fetch(
-                me, "m", 1, empty_like_manifest(m), [Holder(a.address, 1, half)], stall_timeout=0.3
+                me,
+                "m",
+                1,
+                empty_like_manifest(m),
+                [Holder(a.address, 1, half)],
+                stall_timeout=0.3,
+                config=SWARM.planner,
             )
         assert len(me.store) == 0
 
@@ -240,6 +249,7 @@ async def test_partial_prefix_serving_while_fetching() -> None:
                 empty_like_manifest(m),
                 [Holder(a.address, 1, range(n // 2)), Holder(b.address, 2)],
                 on_chunk=on_chunk,
+                config=SWARM.planner,  # (a relay would ask ``a`` ahead, and it holds it all)
             )
         )
         await first_half.wait()

@@ -16,6 +16,7 @@ from ..core.swarm.presets import NODE
 
 DEFAULT_SLOTS = NODE.upload_slots
 DEFAULT_MAX_WAITING = NODE.max_waiting
+DEFAULT_PER_PEER = NODE.uploads_per_peer
 
 
 @dataclass
@@ -32,7 +33,7 @@ class UploadGrants:
         slots: int = DEFAULT_SLOTS,
         max_waiting: int = DEFAULT_MAX_WAITING,
         near_waiting: int | None = None,
-        per_peer: int | None = None,
+        per_peer: int | None = DEFAULT_PER_PEER,
         near: Callable[[str], bool] | None = None,
     ) -> None:
         self.policy = UploadSlots(slots, max_waiting, near_waiting, per_peer)

@@ -146,7 +146,9 @@ class PlannerConfig:
     upstream parks those until it has them, so each link streams back to back). A chain
     is what fills N replicas in one copy's time on NIC-limited nodes (each NIC carries one
     model each way); the swarm is the repair: with no upstream we can ask (unknown, dead,
-    backed off) the fetch runs as a swarm until there is one again."""
+    backed off) the fetch runs as a swarm until there is one again. A version whose
+    origins each hold a slice (``set_source(origin=True)`` with part of it) swarms from
+    the first such origin heard of (``ChunkPlanner.relay``)."""
     lag_chunks: int = LAG_CHUNKS
     """``relay``: how far a link may fall behind its upstream before it moves to the tail
     (at least ``per_source``; see ``LAG_CHUNKS``)."""
@@ -320,6 +322,9 @@ class ChunkPlanner:
         self._rack_waiting: dict[int, int] = {}  # the same, for its rack owner
         self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
+        self.relay = config.relay
+        """This fetch runs ``cfg.relay``'s chain: until an origin holding only part of the
+        version is heard of (see :meth:`set_source`); from then on it swarms."""
         self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
         self._relay_up: str | None = None  # our upstream when we last asked it
         self._relay_frontier = -1  # its run of chunks (_prefix) at its last "not held"
@@ -508,6 +513,12 @@ class ChunkPlanner:
             self._lagging.add(name)
         self._not_begun.discard(name)  # (the view lists it: it began)
         full = chunks is None or (isinstance(chunks, range) and chunks == range(self.num_chunks))
+        if origin and not full and self.relay and 0 < len(set(chunks or ())) < self.num_chunks:
+            # A version sliced across origins (each trainer rank publishing its part): a
+            # chain draws from one origin and would leave the others' slices to repair,
+            # chunk by chunk. The swarm draws from all of them at once.
+            self.relay = False
+            self._effects += 1
         src = self.sources.get(name)
         if src is None:
             src = self.sources[name] = SourceInfo(tier, set(), origin, seen_at=self.now)
@@ -542,7 +553,7 @@ class ChunkPlanner:
             # News of a chunk we have changes no scan (unless it is the source's first,
             # or it is alive news, or relay reads how far the source got).
             new = chunk not in src.chunks and not self.have[chunk]
-            if new or self._seen(name, src) != self.now or not src.chunks or self.cfg.relay:
+            if new or self._seen(name, src) != self.now or not src.chunks or self.relay:
                 self._changes += 1
             src.seen_at = self.now
             if chunk not in src.chunks:
@@ -595,7 +606,7 @@ class ChunkPlanner:
         not take it for a link again for ``gone_ticks`` unless it is listed as a holder
         again (see :meth:`_upstream`)."""
         self.unlist_source(name)
-        if self.cfg.relay:
+        if self.relay:
             self._removed[name] = self.now
         return [r.chunk for r in self._forget_requests(name)]
 
@@ -742,7 +753,7 @@ class ChunkPlanner:
             src.banned = src.strikes >= self.cfg.max_strikes
             src.blocked_until = self.now + self.cfg.ban_ticks
         elif why == Failure.MISSING:
-            if self.cfg.relay:
+            if self.relay:
                 self._relay_missing(source, chunk)
             # The hint was stale (its own source died mid-chunk) or early: forget it until
             # the source announces the chunk again, so that no one waits on a holder that
@@ -754,13 +765,13 @@ class ChunkPlanner:
             self._drop(source, chunk)
             self._block(source, chunk, self.cfg.missing_ticks)
         elif why == Failure.REFUSED:
-            if self.cfg.relay and source == self._relay_up:
+            if self.relay and source == self._relay_up:
                 self._relay_refused(source, src, chunk)
             self._block(source, chunk, self.cfg.refused_ticks)
         elif why == Failure.GONE:
             if self._not_started(source, src):
                 self._unstarted.setdefault(source, self.now)
-            if self.cfg.relay and not src.chunks:
+            if self.relay and not src.chunks:
                 self._not_begun.add(source)
             wait = self.cfg.missing_ticks if self._starting(source, src) else self.cfg.gone_ticks
             src.blocked_until = self.now + wait
@@ -790,7 +801,7 @@ class ChunkPlanner:
         never held a chunk is asked again soon instead, and waited for meanwhile (up to
         ``RELAY_START_WAIT`` ticks: one that does not fetch at all is skipped then)."""
         return (
-            self.cfg.relay
+            self.relay
             and name in self._assumed
             and not src.chunks
             and self._began is not None
@@ -869,7 +880,7 @@ class ChunkPlanner:
         if budget <= 0:
             return []
         self._expire_blocks()
-        if self.cfg.relay and (relayed := self._relayed(budget)) is not None:
+        if self.relay and (relayed := self._relayed(budget)) is not None:
             return relayed
         rank_of, free = self._usable_ranks()
         if not free:
@@ -1414,7 +1425,7 @@ class ChunkPlanner:
         most likely a link that relays from its upstream and never crosses, and waiting
         for it (alive, fetching) left a datacenter's whole chain with nothing: every
         rollout of the remote datacenter failed the version (tests/test_launch.py)."""
-        if self.cfg.relay:
+        if self.relay:
             return True
         order = self._owners.get(chunk)
         if order is None:
@@ -1427,7 +1438,7 @@ class ChunkPlanner:
     def _may_enter_rack(self, chunk: int) -> bool:
         """May we fetch ``chunk`` from outside our rack now? Only its rack owner may, first
         (a relay link may at once, as across the WAN: see :meth:`_may_cross_wan`)."""
-        if self.cfg.relay:
+        if self.relay:
             return True
         if self._rack is None:
             self._rack_stale = False

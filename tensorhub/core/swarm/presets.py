@@ -62,17 +62,49 @@ class DataPlaneConfig:
         return self.reserve_after if self.every_holder_seeds else None
 
 
-NODE = DataPlaneConfig()
-"""A real node's settings (4 MiB chunks, a planner tick of 10 ms)."""
+SWARM = DataPlaneConfig()
+"""A pure swarm: rarest first from every holder, up to 4 requests per source, an origin that
+super-seeds and sends repeat copies with idle slots, each chunk served once verified. The
+node's default until the relay met line rate where it did not (``NODE``); kept as a preset
+(``swarm``) to compare against, and as the simulator's base (``SIMULATED``)."""
+
+NODE = dataclasses.replace(
+    SWARM,
+    planner=dataclasses.replace(SWARM.planner, relay=True),
+    uploads_per_peer=1,
+    seed_spare=False,
+    cut_through=True,
+)
+"""A real node's settings (4 MiB chunks, a planner tick of 10 ms): a pipelined relay as
+the starting plan (PlannerConfig.relay) with the swarm as its repair, each upload to one
+peer at a time, an origin that sends each chunk once, and each link passing a chunk on
+while it lands (``cut_through``). A version sliced across origins swarms
+(``ChunkPlanner.relay``); the Hub publishes one origin per shard key, so its fetches relay.
+
+Why the relay, on NIC-limited nodes (``bench/linerate.py``, 8 receivers, 1 Gbit/s, last
+receiver over one copy): 1 GiB 1.016x where the swarm took 1.22-1.26x, 256 MiB 1.04x
+where it took 1.37-1.99x, no duplicate bytes where it moved 2.6-3.1 %, the publisher at
+1.00 model where it sent 1.09-1.22 (docs/results.md). In a chain the origin's upload slots
+are mostly idle (one peer, one upload at a time), and with ``seed_spare`` every fetcher
+that fell back to the swarm got repeat copies from it (tests/test_relay.py measured 2.25
+models sent with both cores busy). Store and forward, each hop of a chain trails the one
+before by a whole chunk: 8 hops of 4 MiB at 1 Gbit/s are 0.27 s, 12 % of a 256 MiB copy
+(the simulator: 1.11x one copy, 1.00x cutting through)."""
+
+RELAY = NODE
+"""The node's settings under the name they had while the swarm was the default (``relay``
+in launch topologies, bench JSON and results)."""
 
 SIMULATED = dataclasses.replace(
-    NODE,
-    planner=dataclasses.replace(NODE.planner, total=6, per_source=1, initial_random=1),
+    SWARM,
+    planner=dataclasses.replace(SWARM.planner, total=6, per_source=1, initial_random=1),
     max_waiting=1,
     near_waiting=2,
     cut_through=True,
 )
-"""The simulator's settings: ``NODE`` but for ``DEPARTURES``."""
+"""The simulator's settings: ``NODE`` but for ``DEPARTURES``. The paper's scenarios run the
+swarm; ``sim/fanout.py`` (what ``bench/linerate.py`` prints beside each measured row) runs
+whichever preset the bench measures, ``NODE`` included."""
 
 DEPARTURES: dict[str, str] = {
     "planner.total": (
@@ -94,35 +126,32 @@ DEPARTURES: dict[str, str] = {
         "a rack-mate has fewer holders to turn to: with one limit of 1 a rack's last "
         "fetcher finished at 1.12-1.22x the bound, with 2 for the rack 1.09-1.11x"
     ),
-    "cut_through": (
-        "a simulated chunk is a run of many real ones, each of which the node serves once "
-        "it has it: so the simulated chunk is served as it arrives, and announced as it "
-        "begins to (sim.swarm.SwarmConfig.early_hints)"
+    "planner.relay": (
+        "the paper's scenarios run the swarm: a simulated chunk is a 64th to a 256th of "
+        "the model with one in flight per source, which a chain does not pipeline; with "
+        "the node's relay (python -m sim reproduce --seeds 3) the as-built figures moved "
+        "within 3 % (cross-DC 49.6x -> 51.0x the naive baseline), and the hypothetical "
+        "GPUDirect broadcast's last receiver went from <= 1.15x its bound to 1.199x"
+    ),
+    "uploads_per_peer": (
+        "the relay's (NODE): one upload per peer keeps a chain's chunk whole early; the "
+        "simulated swarm keeps the swarm's. Measured with seed_spare off too, swarming: "
+        "the standalone step 7.96x -> 8.13x its bound, cross-DC 2.80x -> 2.54x"
+    ),
+    "seed_spare": (
+        "the relay's (NODE): an origin that sends each chunk once sends no repeat copies "
+        "to links fallen back to the swarm; the simulated swarm keeps the swarm's spare "
+        "copies (see uploads_per_peer for what both together measured)"
     ),
 }
 """Each setting in which ``SIMULATED`` differs from ``NODE``, and why."""
 
 
-RELAY = dataclasses.replace(
-    NODE,
-    planner=dataclasses.replace(NODE.planner, relay=True),
-    uploads_per_peer=1,
-    seed_spare=False,
-    cut_through=True,
-)
-"""``NODE`` with a pipelined relay as the starting plan (PlannerConfig.relay), each
-upload to one peer at a time, an origin that sends each chunk once, and each link passing
-a chunk on while it lands (``cut_through``). In a chain the origin's upload slots are
-mostly idle (one peer, one upload at a time), and with ``seed_spare`` every fetcher that
-fell back to the swarm got repeat copies from it (tests/test_relay.py measured 2.25 models
-sent with both cores busy). Store and forward, each hop of a chain trails the one before
-by a whole chunk: 8 hops of 4 MiB at 1 Gbit/s are 0.27 s, 12 % of a 256 MiB copy (the
-simulator: 1.11x one copy, 1.00x cutting through; bench/linerate.py, docs/results.md)."""
-
 PRESETS: dict[str, DataPlaneConfig] = {
     "node": NODE,
-    "simulated": SIMULATED,
     "relay": RELAY,
+    "swarm": SWARM,
+    "simulated": SIMULATED,
 }
 """The presets by name (``Hub.start(dataplane=...)``, ``bench/linerate.py --presets``)."""
 
