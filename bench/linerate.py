@@ -448,7 +448,7 @@ def _round(
         results["chain"] = _raw(fabric, everyone, chain=True, size=size, case=case)
     if "tensorhub" in systems:
         for name in args.presets.split(","):
-            label = "tensorhub" if name == "node" else f"tensorhub ({name})"
+            label = _label(name)
             chunk = parse_size(args.chunk)
             results[label] = r = _tensorhub(fabric, n, size, name, chunk, case)
             r.update(_predicted(args, n, size, chunk, name, slow, case, r["starts"]))
@@ -457,6 +457,11 @@ def _round(
         if "victim_seconds" in r and case is not None:  # against its own bound
             r["victim_over_its_bound"] = r["victim_seconds"] / (case.bound * one)
     return results
+
+
+def _label(preset_name: str) -> str:
+    """A preset's row: the node's default plain, any other named."""
+    return "tensorhub" if preset_name == "node" else f"tensorhub ({preset_name})"
 
 
 def _predicted(
@@ -658,6 +663,9 @@ def main() -> None:
             "victim": victim if args.case != "healthy" else None,
             "rounds": args.rounds,
             "machine": machine(),
+            # Which preset each tensorhub row ran (a name's settings change: "node" was
+            # the swarm until session 23, the relay since; bench/prediction_check.py).
+            "presets": {_label(name): name for name in args.presets.split(",")},
             **results,
         },
     )

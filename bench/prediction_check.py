@@ -11,8 +11,10 @@ from the starts that round measured, grouped by case, size and preset.
     python bench/prediction_check.py docs/results/linerate/n8-256MiB-1g-rounds3-session20.json \
         'docs/results/linerate/n8-256MiB-1g-slow-rounds2-session20.json:node' ... --json out.json
 
-A ``FILE:preset,preset`` takes only those presets from the file (``node``, ``relay``): a
-run measured before a change to one preset's data plane is no measurement of it now.
+A ``FILE:preset,preset`` takes only those presets from the file (``swarm``, ``relay``,
+``node``; in a file written before session 23 the plain row is ``swarm``, the node's
+settings then): a run measured before a change to one preset's data plane is no
+measurement of it now.
 Only rounds that recorded their starts (``bench/linerate.py`` since session 19) count.
 """
 
@@ -44,8 +46,13 @@ class Pool:
     files: list[str]
 
 
-def _preset(label: str) -> str:
-    return "node" if label == "tensorhub" else label.split("(")[1].rstrip(")")
+def _preset(label: str, run: dict[str, Any]) -> str:
+    """The preset a row ran. A run written before session 23 names none: its plain row
+    ran the node's settings of then, the swarm (``node`` has been the relay since)."""
+    if "presets" in run:
+        name: str = run["presets"][label]
+        return name
+    return "swarm" if label == "tensorhub" else label.split("(")[1].rstrip(")")
 
 
 def _case(d: dict[str, Any], one: float) -> Case | None:
@@ -64,7 +71,7 @@ def collect(specs: list[str], chunk: int) -> dict[tuple[str, int, str], Pool]:
         slow = {d["victim"]: d["rate_mbit"] / 2} if d["case"] == "slow" else {}
         p2p = d["p2p"].get("rounds") or []
         for label in (k for k in d if k.startswith("tensorhub")):
-            name = _preset(label)
+            name = _preset(label, d)
             if keep is not None and name not in keep:
                 continue
             for i, r in enumerate(d[label].get("rounds", [])):

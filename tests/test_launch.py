@@ -149,8 +149,13 @@ def test_deltas_cross_the_wan_instead_of_versions(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(400)
-def test_the_relay_preset_across_racks_and_datacenters_ends_verified(tmp_path: Path) -> None:
-    """The relay preset (a chain cutting through, the swarm as its repair) had been run
+@pytest.mark.parametrize("dataplane", ["relay", "swarm"])
+def test_the_relay_preset_across_racks_and_datacenters_ends_verified(
+    tmp_path: Path, dataplane: str
+) -> None:
+    """The relay preset (a chain cutting through, the swarm as its repair; the node's
+    default since session 23, named on the command line here as a user would, and the
+    swarm, the default before it, beside it) had been run
     only in one rack (bench/linerate.py). Here every node of two datacenters of two racks
     runs it, chosen on the command line as a user would (``--dataplane relay``), with a
     rollout killed mid-run: every version reaches every survivor, verified, and crosses
@@ -161,12 +166,12 @@ def test_the_relay_preset_across_racks_and_datacenters_ends_verified(tmp_path: P
     path, out = tmp_path / "topology.yaml", tmp_path / "results.json"
     path.write_text(yaml.safe_dump(topo))
     exe = Path(sys.executable).parent / "tensorhub"
-    cmd = [str(exe), "launch", str(path), "--dataplane", "relay", "--no-progress"]
+    cmd = [str(exe), "launch", str(path), "--dataplane", dataplane, "--no-progress"]
     proc = subprocess.run(
         [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=380, check=False
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "data plane relay" in proc.stdout
+    assert f"data plane {dataplane}" in proc.stdout
     data = json.loads(out.read_text())
     why = (  # what a failure below needs to be read
         data["failures"],
@@ -176,7 +181,7 @@ def test_the_relay_preset_across_racks_and_datacenters_ends_verified(tmp_path: P
     # (printed whole: pytest cuts an assertion's message, and one failure in a full run
     # on a clean clone, dc2 short of v1 and v2, left its fetch errors cut to "TransferE...")
     print("why:", json.dumps(why, indent=1, default=str), "\nstderr:", proc.stderr[-4000:])
-    assert data["ok"] and data["dataplane"] == "relay", why
+    assert data["ok"] and data["dataplane"] == dataplane, why
     assert data["failures"]["wrong_weights"] == 0 and data["chaos"]["crashed"] == [], why
     assert all(f["verified"] for v in data["versions"] for f in v["fetches"]), why
     killed = {k["who"] for k in data["chaos"]["killed"]}

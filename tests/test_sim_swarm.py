@@ -12,6 +12,7 @@ from sim.network import Network
 from sim.swarm import Swarm, SwarmConfig
 from sim.topology import GB, Cluster, TopologySpec
 from tensorhub.core.swarm import PlannerConfig
+from tensorhub.core.swarm.presets import DataPlaneConfig
 
 CFG = SwarmConfig(
     chunks=32,
@@ -251,3 +252,33 @@ def test_news_of_a_peers_chunk_is_planned_at_the_followers_next_tick() -> None:
         assert ticks == pytest.approx(round(ticks), abs=1e-6), at  # on a tick
         assert len(batch) == len(set(batch)), batch  # each fetcher once per tick
     assert any(len(batch) > 1 for _, batch in planned)  # one event plans several
+
+
+def test_the_nodes_relay_swarms_a_version_sliced_across_origins() -> None:
+    """The node relays by default, and a chain draws from one origin: a version whose four
+    origins (a sharded trainer's ranks) each hold a quarter swarms instead, from all four
+    at once (ChunkPlanner.relay). With the node's settings it fills 6 fetchers in no more
+    than the swarm's time, near the bound of a fetcher's NIC (one model in)."""
+    from sim.fanout import NODE_TICK
+    from tensorhub.core.swarm.presets import NODE, SWARM
+
+    def last(dataplane: DataPlaneConfig) -> float:
+        e = Engine()
+        net = Network(e)
+        c = Cluster.build(TopologySpec(dcs=1, racks_per_dc=1, hosts_per_rack=10))
+        hosts = sorted(c.hosts)
+        origins, fetchers = hosts[:4], hosts[4:]
+        quarter = {o: range(i * 16, (i + 1) * 16) for i, o in enumerate(origins)}
+        cfg = SwarmConfig.of(dataplane, chunks=64, early_hints=False, tick=NODE_TICK)
+        s = Swarm(e, net, c, 1 * GB, origins, fetchers, cfg, seed=1, origin_chunks=quarter)
+        s.start()
+        e.run(until=600)
+        assert s.done
+        relays = [s.nodes[f].planner.relay for f in fetchers]
+        assert not any(relays), relays
+        bound = GB / (c.spec.nic_gbytes * GB * c.spec.efficiency)
+        return max(s.nodes[f].finished or 0.0 for f in fetchers) / bound
+
+    node, swarm = last(NODE), last(SWARM)
+    print(f"last fetcher / bound: node {node:.3f}, swarm {swarm:.3f}")
+    assert node <= swarm * 1.05 and node < 1.5
