@@ -322,7 +322,7 @@ class ChunkPlanner:
         self._rack_waiting: dict[int, int] = {}  # the same, for its rack owner
         self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
-        self.relay = config.relay
+        self.relay = self.cfg.relay
         """This fetch runs ``cfg.relay``'s chain: until an origin holding only part of the
         version is heard of (see :meth:`set_source`); from then on it swarms."""
         self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
