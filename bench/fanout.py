@@ -38,12 +38,25 @@ from tensorhub.testing.hub_procs import HubProcs, Spec
 MODEL = "bench"
 
 
-def _specs(fetchers: int, seed_spare: bool = True) -> list[Spec]:
+def _seed_spare(args: argparse.Namespace) -> bool | None:
+    """The publisher's ``Hub.seed_spare`` as asked (None: the preset's)."""
+    if args.strict_seed and args.spare_seed:
+        raise SystemExit("fanout: --strict-seed and --spare-seed ask opposite things")
+    return False if args.strict_seed else True if args.spare_seed else None
+
+
+def _specs(fetchers: int, preset: str = "node", seed_spare: bool | None = None) -> list[Spec]:
     half = (fetchers + 1) // 2
-    specs = [Spec("publisher", "dc0/rack0/publisher", voter=True, seed_spare=seed_spare)]
+    specs = [
+        Spec(
+            "publisher", "dc0/rack0/publisher", voter=True, seed_spare=seed_spare, dataplane=preset
+        )
+    ]
     for i in range(fetchers):
         dc = "dc0" if i < half else "dc1"
-        specs.append(Spec(f"f{i}", f"{dc}/rack{i % 2}/f{i}", voter=i in (0, half)))
+        specs.append(
+            Spec(f"f{i}", f"{dc}/rack{i % 2}/f{i}", voter=i in (0, half), dataplane=preset)
+        )
     return specs
 
 
@@ -72,13 +85,19 @@ def main() -> None:
     ap.add_argument(
         "--strict-seed",
         action="store_true",
-        help="the publisher sends each chunk once (Hub.seed_spare = False)",
+        help="the publisher sends each chunk once (Hub.seed_spare = False; the node's default)",
     )
+    ap.add_argument(
+        "--spare-seed",
+        action="store_true",
+        help="an idle publisher uplink also sends repeat copies (Hub.seed_spare = True)",
+    )
+    ap.add_argument("--preset", default="node", help="the data-plane preset (e.g. swarm)")
     args = ap.parse_args()
     size = parse_size(args.size)
     with (
         tempfile.TemporaryDirectory(prefix="tensorhub-fanout-") as tmp,
-        HubProcs(_specs(args.fetchers, not args.strict_seed), tmp) as c,
+        HubProcs(_specs(args.fetchers, args.preset, _seed_spare(args)), tmp) as c,
     ):
         fetchers = [n for n in c.addr if n != "publisher"]
         c.call(["publisher"], "serve", "p2p", 1, size, 1)
@@ -118,6 +137,8 @@ def main() -> None:
             "model_bytes": size,
             "chunk_bytes": DEFAULT_CHUNK_SIZE,
             "fetchers": args.fetchers,
+            "preset": args.preset,
+            "seed_spare": _seed_spare(args),  # (None: the preset's)
             "p2p_seconds": p2p["seconds"],
             "star": star,
             "swarm": swarm,

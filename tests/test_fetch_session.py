@@ -239,7 +239,9 @@ def test_requests_the_planner_takes_back_are_abandoned_with_the_refusal() -> Non
     """A relay upstream that refused us is lagging: what else we had asked of it is taken
     back at once (before its replies can arrive: the planner's books let go of them) and
     asked of the link before it."""
-    p = ChunkPlanner("n6", 8, random.Random(0), PlannerConfig(relay=True, per_source=2))
+    p = ChunkPlanner(
+        "n6", 8, random.Random(0), PlannerConfig(relay=True, per_source=2, relay_min_chunks=1)
+    )
     s = FetchSession(p)
     p.set_source("n4", 1, range(8))
     p.set_source("n5", 1, [])

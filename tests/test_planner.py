@@ -392,6 +392,7 @@ def test_members_count_as_wan_owners_only_while_gossip_may_lag() -> None:
 
 
 def relay_planner(me: str, n: int = 16, **cfg: int) -> ChunkPlanner:
+    cfg.setdefault("relay_min_chunks", 1)  # (a chain over as few chunks as a test needs)
     return ChunkPlanner(me, n, random.Random(0), PlannerConfig(relay=True, **cfg))
 
 
@@ -626,7 +627,12 @@ def test_relay_completes_when_its_empty_upstream_says_not_yet_a_tick_apart() -> 
 
 def _relay_completes(seed: int, n: int) -> None:
     rng = random.Random(seed)
-    p = ChunkPlanner("n5", n, random.Random(seed), PlannerConfig(relay=True, total=8, per_source=3))
+    p = ChunkPlanner(
+        "n5",
+        n,
+        random.Random(seed),
+        PlannerConfig(relay=True, total=8, per_source=3, relay_min_chunks=1),
+    )
     p.set_source("n0", 1, range(n), origin=True)
     has = {"n0": set(range(n))}
     for name in ("n2", "n4", "n7"):

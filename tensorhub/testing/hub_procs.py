@@ -39,7 +39,10 @@ class Spec:
     name: str
     locality: str  # dc/rack/host
     voter: bool = False
-    seed_spare: bool = True  # Hub.seed_spare: repeat copies from an idle publisher uplink
+    seed_spare: bool | None = None
+    """Hub.seed_spare, repeat copies from an idle publisher uplink (None: the preset's). Until
+    session 23 it was True by default and overrode every preset's, the relay's off included:
+    bench/linerate.py's relay rows before then ran with repeat copies."""
     netns: str | None = None  # run in this network namespace (see testing/netns.py)
     listen: str | None = None  # where to listen (default: loopback; voters on fixed ports)
     dataplane: str = "node"  # the data-plane preset (core/swarm/presets.py)
@@ -186,7 +189,8 @@ def _child(spec: Spec, listen: str, seeds: list[str], data_dir: str, pipe: mpc.C
             secret=SECRET,
             dataplane=spec.dataplane,
         )
-        hub.seed_spare = spec.seed_spare
+        if spec.seed_spare is not None:
+            hub.seed_spare = spec.seed_spare
         pipe.send(("ready", hub.address))
         worker = _Worker(hub)
         loop = asyncio.get_running_loop()

@@ -149,6 +149,12 @@ class PlannerConfig:
     backed off) the fetch runs as a swarm until there is one again. A version whose
     origins each hold a slice (``set_source(origin=True)`` with part of it) swarms from
     the first such origin heard of (``ChunkPlanner.relay``)."""
+    relay_min_chunks: int = 16
+    """``relay``: a version of fewer chunks swarms. A chain's gain is the swarm's waste over
+    many chunks (a 4 MiB chunk is 34 ms at 1 Gbit/s); its costs are waits counted in
+    ticks: a member before us that never fetches holds us ``RELAY_START_WAIT`` (200 ms)
+    once, and on loopback an 8-chunk fetch took 0.21 s relayed where it takes a few tens
+    of milliseconds swarming (tests/test_shaping.py). 16 chunks are 64 MiB at 4 MiB."""
     lag_chunks: int = LAG_CHUNKS
     """``relay``: how far a link may fall behind its upstream before it moves to the tail
     (at least ``per_source``; see ``LAG_CHUNKS``)."""
@@ -322,9 +328,10 @@ class ChunkPlanner:
         self._rack_waiting: dict[int, int] = {}  # the same, for its rack owner
         self._blocked: dict[tuple[str, int], int] = {}  # (source, chunk) -> until tick
         self._picked = 0
-        self.relay = self.cfg.relay
-        """This fetch runs ``cfg.relay``'s chain: until an origin holding only part of the
-        version is heard of (see :meth:`set_source`); from then on it swarms."""
+        self.relay = self.cfg.relay and num_chunks >= self.cfg.relay_min_chunks
+        """This fetch runs ``cfg.relay``'s chain (if the version has ``relay_min_chunks``):
+        until an origin holding only part of the version is heard of (see
+        :meth:`set_source`); from then on it swarms."""
         self._relay_from = 0  # no chunk below this is missing (relay's scan starts here)
         self._relay_up: str | None = None  # our upstream when we last asked it
         self._relay_frontier = -1  # its run of chunks (_prefix) at its last "not held"

@@ -79,7 +79,9 @@ NODE = dataclasses.replace(
 the starting plan (PlannerConfig.relay) with the swarm as its repair, each upload to one
 peer at a time, an origin that sends each chunk once, and each link passing a chunk on
 while it lands (``cut_through``). A version sliced across origins swarms
-(``ChunkPlanner.relay``); the Hub publishes one origin per shard key, so its fetches relay.
+(``ChunkPlanner.relay``), and so does one of fewer than ``relay_min_chunks`` (16) chunks,
+whose copy takes less than the chain's waits; the Hub publishes one origin per shard key,
+so its fetches of larger versions relay.
 
 Why the relay, on NIC-limited nodes (``bench/linerate.py``, 8 receivers, 1 Gbit/s, last
 receiver over one copy): 1 GiB 1.016x where the swarm took 1.22-1.26x, 256 MiB 1.04x
@@ -91,9 +93,10 @@ models sent with both cores busy). Store and forward, each hop of a chain trails
 before by a whole chunk: 8 hops of 4 MiB at 1 Gbit/s are 0.27 s, 12 % of a 256 MiB copy
 (the simulator: 1.11x one copy, 1.00x cutting through)."""
 
-RELAY = NODE
-"""The node's settings under the name they had while the swarm was the default (``relay``
-in launch topologies, bench JSON and results)."""
+RELAY = dataclasses.replace(NODE, planner=dataclasses.replace(NODE.planner, relay_min_chunks=1))
+"""``NODE`` relaying a version of any size (``PlannerConfig.relay_min_chunks``): what the
+name meant while the swarm was the default (launch topologies, bench JSON, results), and
+how a test runs a chain over a few chunks."""
 
 SIMULATED = dataclasses.replace(
     SWARM,
