@@ -116,7 +116,7 @@ def main() -> None:
             r["seconds"],
             r["last_fetcher_over_p2p"],
         ]
-        for name, r in (("star (baseline)", star), ("tensorhub swarm", swarm))
+        for name, r in (("star (baseline)", star), (f"tensorhub ({args.preset})", swarm))
     ]
     print_table(
         f"fan-out: 1 publisher → {args.fetchers} fetchers in 2 DCs, model {size / 2**20:.0f} MiB;"
