@@ -199,7 +199,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataplane",
         default=None,
-        help="every node's data-plane preset, e.g. relay (run.dataplane; core/swarm/presets.py)",
+        help="every node's data-plane preset, e.g. swarm (run.dataplane; core/swarm/presets.py)",
     )
     p.add_argument("--no-http", action="store_true", help="no /status, /metrics, dashboard")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")

@@ -6,7 +6,7 @@ refused up front with the path of the offending key, before a process starts::
     model: {dim: 384, layers: 6, vocab: 4096, context: 32}   # TinyLM, trained for real
     run: {versions: 3, train_steps: 4}     # also chunk_mb, timeout_s, copies_before_reuse,
                                            # lr, deltas (publish each version as a delta too),
-                                           # dataplane (a preset: node, relay, ...)
+                                           # dataplane (a preset: node, swarm, relay, ...)
     nodes:
       - {name: trainer, at: dc1/rack1, role: trainer}
       - {name: rollout-a1, at: dc1/rack1, voter: true}
