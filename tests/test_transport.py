@@ -485,3 +485,25 @@ def test_a_holder_that_is_not_the_origin_spreads_a_chunk_only_while_it_is_new() 
     origin = SuperSeeder(4, 1.0)
     origin.sent(0, "a", 10.0)
     assert not origin.decide(0, "b", 11.0, alive=lambda g: True).serve  # (until 21 s)
+
+
+async def test_a_connection_closed_before_its_transport_is_made_closes_when_it_is() -> None:
+    """A server closing while a connection it accepted was still being set up (the factory
+    had run, ``connection_made`` not yet) closed that connection before it had a
+    transport, which did nothing: it then authenticated, stayed open, and ``Server.close``
+    waited for it for good (tests/test_session_parity.py hung 4 minutes under load)."""
+    import socket
+
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    conn = tcp.Connection(node="n", secret=SECRET, client=False, handler_factory=_no_handler)
+    conn.close()  # (as Server.close does to every connection it has)
+    try:
+        await loop.connect_accepted_socket(lambda: conn, ours)
+        await asyncio.wait_for(conn.closed, 2.0)  # not HANDSHAKE_TIMEOUT (10 s) later
+    finally:
+        theirs.close()
+
+
+def _no_handler(conn: tcp.Connection) -> tcp.Handler:
+    raise AssertionError("a closed connection made a handler")

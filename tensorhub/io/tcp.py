@@ -163,6 +163,8 @@ class Connection(asyncio.BufferedProtocol):
         self._drained = (0.0, 0)  # (loop time, flushed) at wait_flushed's last look
         self._sock: socket.socket | None = None
         self._low_water = 1  # the socket's SO_RCVLOWAT now
+        self._close_asked = False
+        """close() came before the transport (see :meth:`connection_made`)."""
 
     def _begin_handshake(self, target: str, local: str) -> None:
         """The transport is connected: start the handshake (the client says Hello; the
@@ -186,6 +188,12 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        if self._close_asked:
+            # Closed between the accept and now (a server closing while a connection it
+            # accepted was being set up): it was open for good, and the server's close
+            # waited for it (tests/test_session_parity.py hung 4 minutes under load).
+            self._transport.close()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -411,6 +419,7 @@ class Connection(asyncio.BufferedProtocol):
             tr.close()
 
     def close(self) -> None:
+        self._close_asked = True
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
@@ -439,14 +448,18 @@ def _endpoint(transport: asyncio.BaseTransport, which: str) -> str:
 class Server:
     """A listening socket that turns each accepted connection into a :class:`Connection`."""
 
-    def __init__(self, server: asyncio.Server, conns: set[Connection]) -> None:
+    def __init__(self, server: asyncio.Server, conns: set[Connection], closing: list[bool]) -> None:
         self._server = server
         self.connections = conns
+        self._closing = closing  # (read by listen's factory: a late accept closes at once)
         host, port = server.sockets[0].getsockname()[:2]
         self.address = f"{host}:{port}"
         """Where it listens ("host:port"); still known after close."""
 
     async def close(self) -> None:
+        """Stop accepting and close every connection. An accept already under way when the
+        listener closes still makes a connection: it is closed as it comes (``listen``)."""
+        self._closing[0] = True
         self._server.close()
         for c in list(self.connections):
             c.close()
@@ -467,6 +480,7 @@ async def listen(
     host, port = parse_address(addr)
     conns: set[Connection] = set()
     handshaking: dict[Connection, None] = {}  # insertion order: oldest first
+    closing = [False]  # Server.close began
 
     def factory() -> Connection:
         conn = Connection(
@@ -481,10 +495,12 @@ async def listen(
             oldest = next(iter(handshaking))
             handshaking.pop(oldest)
             oldest.shed()
+        if closing[0]:
+            conn.close()  # (carried out once its transport is made: connection_made)
         return conn
 
     server = await asyncio.get_running_loop().create_server(factory, host, port)
-    return Server(server, conns)
+    return Server(server, conns, closing)
 
 
 def _close_unless_taken(made: asyncio.Task[tuple[asyncio.BaseTransport, Connection]]) -> None:
