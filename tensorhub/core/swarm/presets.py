@@ -84,9 +84,11 @@ whose copy takes less than the chain's waits; the Hub publishes one origin per s
 so its fetches of larger versions relay.
 
 Why the relay, on NIC-limited nodes (``bench/linerate.py``, 8 receivers, 1 Gbit/s, last
-receiver over one copy): 1 GiB 1.016x where the swarm took 1.22-1.26x, 256 MiB 1.04x
-where it took 1.37-1.99x, no duplicate bytes where it moved 2.6-3.1 %, the publisher at
-1.00 model where it sent 1.09-1.22 (docs/results.md). In a chain the origin's upload slots
+receiver over one copy, medians of three rounds): 1 GiB 1.016x where the swarm took
+1.22-1.26x, 256 MiB 1.04x where it took 1.37-1.99x (session 22); on session 23's slower
+host, its cores 91-97 % busy, 1.16x against 1.26x and 1.15x against 1.43x; no duplicate
+bytes where the swarm moved 0.8-3.1 %, the publisher at 1.00 model where it sent up to
+1.22 (docs/results.md). In a chain the origin's upload slots
 are mostly idle (one peer, one upload at a time), and with ``seed_spare`` every fetcher
 that fell back to the swarm got repeat copies from it (tests/test_relay.py measured 2.25
 models sent with both cores busy). Store and forward, each hop of a chain trails the one
@@ -132,9 +134,10 @@ DEPARTURES: dict[str, str] = {
     "planner.relay": (
         "the paper's scenarios run the swarm: a simulated chunk is a 64th to a 256th of "
         "the model with one in flight per source, which a chain does not pipeline; with "
-        "the node's relay (python -m sim reproduce --seeds 3) the as-built figures moved "
-        "within 3 % (cross-DC 49.6x -> 51.0x the naive baseline), and the hypothetical "
-        "GPUDirect broadcast's last receiver went from <= 1.15x its bound to 1.199x"
+        "the node's relay settings (python -m sim reproduce --seeds 3) the as-built "
+        "headline ratios moved within 3 % (cross-DC 49.6x -> 51.0x the naive baseline), "
+        "and the hypothetical GPUDirect broadcast's last receiver went from <= 1.15x its "
+        "bound to 1.199x (tests/test_sim_workloads.py)"
     ),
     "uploads_per_peer": (
         "the relay's (NODE): one upload per peer keeps a chain's chunk whole early; the "
