@@ -499,6 +499,20 @@ def test_a_relay_chain_head_crosses_the_wan_for_every_chunk() -> None:
     assert {r.chunk for r in reqs} == set(range(16))
 
 
+def test_a_version_of_fewer_than_relay_min_chunks_swarms() -> None:
+    """A chain's waits (RELAY_START_WAIT for a member that never fetches) outlast a small
+    version's copy: relayed, an 8-chunk fetch on loopback took 0.21 s, slower than over a
+    shaped WAN (tests/test_shaping.py). The node's preset relays from 16 chunks on."""
+    from tensorhub.core.swarm.presets import NODE, RELAY
+
+    def relays(cfg: PlannerConfig, n: int) -> bool:
+        return ChunkPlanner("r2", n, random.Random(0), cfg).relay
+
+    assert NODE.planner.relay_min_chunks == 16
+    assert not relays(NODE.planner, 15) and relays(NODE.planner, 16)
+    assert relays(RELAY.planner, 1)  # (the relay preset: any size)
+
+
 def test_a_version_sliced_across_origins_swarms_where_one_whole_origin_relays() -> None:
     """The node relays by default; the paper's scenarios slice each version across the
     trainer's ranks. A chain draws from one origin, and every other slice would be left to

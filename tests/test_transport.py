@@ -507,3 +507,21 @@ async def test_a_connection_closed_before_its_transport_is_made_closes_when_it_i
 
 def _no_handler(conn: tcp.Connection) -> tcp.Handler:
     raise AssertionError("a closed connection made a handler")
+
+
+async def test_a_server_closes_a_connection_it_accepts_while_closing() -> None:
+    """An accept already under way when ``Server.close`` began makes a connection after
+    close looked at its connections: it closes as its transport comes, not later."""
+    import socket
+
+    server = await tcp.listen("127.0.0.1:0", node="s", secret=SECRET, handler_factory=_no_handler)
+    closing = asyncio.ensure_future(server.close())
+    await asyncio.sleep(0)  # (the close began)
+    late = server.accept()  # what the listener makes for an accept still under way
+    ours, theirs = socket.socketpair()
+    try:
+        await asyncio.get_running_loop().connect_accepted_socket(lambda: late, ours)
+        await asyncio.wait_for(late.closed, 2.0)  # not HANDSHAKE_TIMEOUT (10 s) later
+        await asyncio.wait_for(closing, 2.0)
+    finally:
+        theirs.close()

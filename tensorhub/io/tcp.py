@@ -448,10 +448,18 @@ def _endpoint(transport: asyncio.BaseTransport, which: str) -> str:
 class Server:
     """A listening socket that turns each accepted connection into a :class:`Connection`."""
 
-    def __init__(self, server: asyncio.Server, conns: set[Connection], closing: list[bool]) -> None:
+    def __init__(
+        self,
+        server: asyncio.Server,
+        conns: set[Connection],
+        closing: list[bool],
+        accept: Callable[[], Connection],
+    ) -> None:
         self._server = server
         self.connections = conns
         self._closing = closing  # (read by listen's factory: a late accept closes at once)
+        self.accept = accept
+        """What the listener calls for each accepted socket (``listen``'s factory)."""
         host, port = server.sockets[0].getsockname()[:2]
         self.address = f"{host}:{port}"
         """Where it listens ("host:port"); still known after close."""
@@ -500,7 +508,7 @@ async def listen(
         return conn
 
     server = await asyncio.get_running_loop().create_server(factory, host, port)
-    return Server(server, conns, closing)
+    return Server(server, conns, closing, factory)
 
 
 def _close_unless_taken(made: asyncio.Task[tuple[asyncio.BaseTransport, Connection]]) -> None:
