@@ -678,6 +678,15 @@ class Hub:
                     )
             await asyncio.sleep(0.05)
 
+    def _moved_on(self, dp: str, version: int) -> bool:
+        """Whether a newer version of ``dp``'s model is known committed, without asking
+        the registry (a stalled fetch asks every tick): seen committed here, or held whole
+        by a node that fetched it (gossip)."""
+        model = split_key(dp)[0]
+        if self.committed.get(model, 0) > version:
+            return True
+        return self.gossip.core.holders.newer_fetched(dp, version) is not None
+
     async def _superseded_by(self, dp: str, version: int, timeout: float) -> int | None:
         """The latest committed version of ``dp``'s model if newer than ``version`` (None
         if not, or if the registry cannot say within ``timeout``: then the fetch waits
@@ -817,9 +826,19 @@ class Hub:
         if replica is not None and replica.complete:  # a delta rebuilt every chunk
             return await swarm_fill(self.node, replica, [], on_chunk=progress)
 
+        def superseded() -> bool:
+            return self._moved_on(dp, version)
+
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
             run: Awaitable[FetchResult] = (
-                swarm_fill(self.node, replica, holders, on_chunk=progress, timeout=left)
+                swarm_fill(
+                    self.node,
+                    replica,
+                    holders,
+                    on_chunk=progress,
+                    timeout=left,
+                    superseded=superseded,
+                )
                 if replica is not None
                 else swarm_fetch(
                     self.node,
@@ -830,6 +849,7 @@ class Hub:
                     expected_root=root,
                     on_chunk=progress,
                     timeout=left,
+                    superseded=superseded,
                 )
             )
             try:
@@ -989,9 +1009,18 @@ class Hub:
         # read promises memory bounded by its buffer.
         config = replace(self.node.dataplane.planner, endgame_copies=0)
 
+        def superseded() -> bool:
+            return self._moved_on(replica.key, replica.version)
+
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
             return await swarm_fill(
-                self.node, replica, holders, serve=False, timeout=left, config=config
+                self.node,
+                replica,
+                holders,
+                serve=False,
+                timeout=left,
+                config=config,
+                superseded=superseded,
             )
 
         return await self._from_holders(replica.key, replica.version, timeout, attempt)

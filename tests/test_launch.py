@@ -51,6 +51,7 @@ def test_default_topology_is_two_dcs_of_two_racks_with_six_rollouts() -> None:
         ({"chaos": {"kil_leader": True}}, r"chaos.kil_leader: unknown key"),
         ({"nodes": SMALL["nodes"][:3], "wan": []}, "1, 3 or 5 voters"),
         ({"run": {"dataplane": "fast"}}, "run.dataplane: no data-plane preset 'fast'"),
+        ({"run": {"step_s": -1}}, r"run.step_s"),
     ],
 )
 def test_bad_topologies_are_refused_naming_the_key(change: dict[str, object], message: str) -> None:
@@ -162,7 +163,13 @@ def test_the_relay_preset_across_racks_and_datacenters_ends_verified(
     the WAN into dc2 about once. The first run found two faults: dc2's chain head waited
     for WAN owners that relay and never cross (v1 and v2 reached no rollout of dc2), and
     the killed link's downstream asked it again 8,258 times (``ChunkPlanner``)."""
-    topo = {**SMALL, "chaos": {"kill_rollouts": 1, "seed": 3}, "http": False}
+    # Versions 3 s apart, as an RL step would be at least: with TinyLM's millisecond steps
+    # the run's 3 versions came within 0.6 s, and dc2's fetches of v1, which the kill
+    # delayed, stalled on until v2 was gone too (swarm: dc2 reached only v3 in 2 runs of 8
+    # under two busy loops; such a stall now ends MOVED_ON_STALL after a newer version is
+    # known, tests/test_swarm.py).
+    run = {**SMALL["run"], "step_s": 3.0}  # type: ignore[dict-item]
+    topo = {**SMALL, "run": run, "chaos": {"kill_rollouts": 1, "seed": 3}, "http": False}
     path, out = tmp_path / "topology.yaml", tmp_path / "results.json"
     path.write_text(yaml.safe_dump(topo))
     exe = Path(sys.executable).parent / "tensorhub"

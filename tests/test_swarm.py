@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from tensorhub.core.errors import ChecksumMismatch, RemoteError, TransferError
+from tensorhub.core.errors import ChecksumMismatch, RemoteError, TransferError, UnknownVersion
 from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import PlannerConfig
@@ -20,7 +20,7 @@ from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PeerHandler
 from tensorhub.dataplane.store import Replica
-from tensorhub.dataplane.swarm import Holder, swarm_fetch
+from tensorhub.dataplane.swarm import MOVED_ON_STALL, Holder, swarm_fetch
 from tensorhub.dataplane.view import SourceNews, Unaware, Unwatch
 from tensorhub.io import ucx
 from tensorhub.io.shaping import Link, WanShaper
@@ -220,6 +220,49 @@ async def test_no_usable_holder_is_a_clear_error_and_leaves_nothing_advertised()
                 stall_timeout=0.3,
                 config=SWARM.planner,
             )
+        assert len(me.store) == 0
+
+
+async def test_a_stalled_fetch_of_a_superseded_version_gives_up_soon() -> None:
+    """A fetch whose version a newer one superseded, with no holder left for what it
+    lacks (they fetched the newer version into the same memory), fails after
+    MOVED_ON_STALL rather than the stall bound of the latest version: a launch's dc2
+    rollouts stalled 10 s on such a v1 while v2 came and went (tests/test_launch.py).
+    Until superseded, the same stall is waited on (a holder may yet be heard of)."""
+    sd = model(4)
+    async with nodes(2) as (a, me):
+        m = a.serve("m", 1, sd, chunk_size=1 << 20)
+        half = range(m.num_chunks // 2)
+        newer = [False]
+        loop = asyncio.get_running_loop()
+        fetch = asyncio.create_task(
+            swarm_fetch(
+                me,
+                "m",
+                1,
+                empty_like_manifest(m),
+                [Holder(a.address, 1, half)],  # (the swarm asks only for what it is told of)
+                stall_timeout=120.0,
+                config=SWARM.planner,
+                superseded=lambda: newer[0],
+            )
+        )
+
+        def got_half() -> bool:
+            with contextlib.suppress(UnknownVersion):
+                return me.store.get("m", 1).held == len(half)
+            return False
+
+        await until(got_half, fetch, "the half")
+        await asyncio.sleep(MOVED_ON_STALL + 1.0)
+        assert not fetch.done()  # stalled, not superseded: waits (for stall_timeout)
+        newer[0] = True
+        t0 = loop.time()
+        with pytest.raises(TransferError, match=r"superseded .* no progress for"):
+            await fetch
+        took = loop.time() - t0
+        print(f"superseded: failed {took:.2f}s after a newer version was known")
+        assert took < 30.0  # the next idle tick; far under stall_timeout
         assert len(me.store) == 0
 
 

@@ -72,6 +72,14 @@ STALL_TICKS = 5
 stalled: its process had no CPU, or a callback held the event loop. The planner is told
 (FetchSession.stalled): a relay link's gap to its upstream grew while it did not run, not
 because its NIC is slow."""
+MOVED_ON_STALL = 2.0
+"""Seconds a fetch waits with no chunk verified and nothing in flight, when its version has
+been superseded (``superseded()`` says so), before it fails: its holders let go of it
+for the newer version (the mutability contract) and none is left to ask. The stall bound
+for the latest version (``stall_timeout``, 10 s) cost a launch's dc2 rollouts 10 s of
+stall on a v1 whose WAN sender was killed and whose other holders had fetched v2 into
+the same memory; v2 came and went meanwhile (tests/test_launch.py, 2 runs in 8 under two
+busy loops). Several gossip rounds: a holder gossip had not told us of is heard of."""
 SUSPECT_TICKS = 10
 """A suspect source is asked for nothing new for this many ticks, renewed while gossip
 still suspects it (suspicion clears without news when the member refutes it)."""
@@ -111,6 +119,7 @@ async def swarm_fetch(
     request_timeout: float = 10.0,
     timeout: float | None = None,
     record: list[Input] | None = None,
+    superseded: Callable[[], bool] | None = None,
 ) -> FetchResult:
     """Fetch (key, version) into ``into`` from ``holders``; serve it while fetching.
 
@@ -121,7 +130,9 @@ async def swarm_fetch(
     in flight are reissued elsewhere at once (a hung process keeps its TCP connections
     open, so nothing else would tell us before ``request_timeout``); a suspect one gets no
     new requests while suspected. ``timeout``: seconds for the whole fetch, after which it
-    fails with a TransferError saying what was missing and why. ``record``: a list to
+    fails with a TransferError saying what was missing and why; so does a fetch that made
+    no progress for ``stall_timeout`` seconds, or for ``MOVED_ON_STALL`` where
+    ``superseded()`` says a newer version replaced this one. ``record``: a list to
     append the fetch session's inputs to (:func:`~tensorhub.core.swarm.session.replay`
     replays them)."""
     t0 = time.perf_counter()
@@ -143,6 +154,7 @@ async def swarm_fetch(
         request_timeout=request_timeout,
         timeout=timeout,
         record=record,
+        superseded=superseded,
     )
 
 
@@ -161,6 +173,7 @@ async def swarm_fill(
     request_timeout: float = 10.0,
     timeout: float | None = None,
     record: list[Input] | None = None,
+    superseded: Callable[[], bool] | None = None,
 ) -> FetchResult:
     """Fill every chunk ``replica`` lacks from the swarm (see :func:`swarm_fetch`).
 
@@ -200,6 +213,7 @@ async def swarm_fill(
             stall_timeout=stall_timeout,
             request_timeout=request_timeout,
             timeout=timeout,
+            superseded=superseded,
         )
         await driver.settled()
         replica.data.finalize()
@@ -285,6 +299,7 @@ async def _fetch_loop(
     stall_timeout: float,
     request_timeout: float,
     timeout: float | None,
+    superseded: Callable[[], bool] | None = None,
 ) -> None:
     """Take news, issue, wait, tell the session, until every chunk is verified (or it is
     stuck)."""
@@ -311,8 +326,12 @@ async def _fetch_loop(
         if deadline is not None and time.monotonic() > deadline:
             raise _stuck(planner, key, version, session.trouble, f"not done after {timeout}s")
         if not driver.running:
-            if time.monotonic() - last_progress > stall_timeout:
+            idle = time.monotonic() - last_progress
+            if idle > stall_timeout:
                 raise _stuck(planner, key, version, session.trouble)
+            if idle > MOVED_ON_STALL and superseded is not None and superseded():
+                why = f"superseded (a newer version is committed), no progress for {idle:.1f}s"
+                raise _stuck(planner, key, version, session.trouble, why)
             await asyncio.sleep(TICK)
             clock()
             continue

@@ -6,7 +6,8 @@ refused up front with the path of the offending key, before a process starts::
     model: {dim: 384, layers: 6, vocab: 4096, context: 32}   # TinyLM, trained for real
     run: {versions: 3, train_steps: 4}     # also chunk_mb, timeout_s, copies_before_reuse,
                                            # lr, deltas (publish each version as a delta too),
-                                           # dataplane (a preset: node, swarm, relay, ...)
+                                           # dataplane (a preset: node, swarm, relay, ...),
+                                           # step_s (each version trains at least this long)
     nodes:
       - {name: trainer, at: dc1/rack1, role: trainer}
       - {name: rollout-a1, at: dc1/rack1, voter: true}
@@ -87,6 +88,11 @@ class Topology:
     lr: float = 3e-3  # the trainer's AdamW learning rate (RL fine-tuning runs 1e-6..1e-5)
     deltas: bool = False  # publish each version with a delta from the one before
     dataplane: str = "node"  # every node's data-plane preset (core/swarm/presets.py)
+    step_s: float = 0.0
+    """The least seconds each version's training takes (the trainer sleeps the rest). An RL
+    step (generation, then the update) takes seconds to minutes; TinyLM's takes
+    milliseconds, so without this versions come faster than a fault is ridden out, and a
+    rollout the fault delayed finds each next version already overwritten too."""
 
     @property
     def copies_before_reuse(self) -> int:
@@ -167,6 +173,7 @@ class _RunDoc(_Doc):
     lr: PositiveFloat = 3e-3
     deltas: bool = False
     dataplane: str = "node"
+    step_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 
 class _NodeDoc(_Doc):
@@ -253,6 +260,7 @@ def from_dict(data: Any) -> Topology:
         lr=doc.run.lr,
         deltas=doc.run.deltas,
         dataplane=doc.run.dataplane,
+        step_s=doc.run.step_s,
     )
     validate(topo)
     return topo

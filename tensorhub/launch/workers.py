@@ -109,6 +109,7 @@ def trainer_main(plan: Plan, out: Any, stop: Any) -> None:
         hub, server = await _start(plan, out)
         leader = asyncio.ensure_future(_watch_leadership(hub, plan.node.name, out))
         for v in range(1, t.versions + 1):
+            t_train = time.monotonic()
             loss = await asyncio.to_thread(
                 lambda: (
                     sum(
@@ -118,6 +119,7 @@ def trainer_main(plan: Plan, out: Any, stop: Any) -> None:
                     / t.train_steps
                 )
             )
+            await asyncio.sleep(t.step_s - (time.monotonic() - t_train))  # (<= 0: none)
             weights = rollout_weights(model)
             t0 = time.monotonic()
             # With deltas, v-1 is still served here (its memory is not reused: each

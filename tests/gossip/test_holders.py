@@ -58,3 +58,21 @@ def test_a_holding_without_the_lagging_flag_reads_as_not_lagging_and_back() -> N
     new = encode_holding(Holding.of(b"\x01\x00\x01", lagging=True))
     assert msgspec.msgpack.decode(new, type=Before) == Before(3, b"\x05")
     assert msgspec.msgpack.decode(new, type=Holding).lagging
+
+
+def test_a_newer_version_counts_as_fetched_once_a_non_origin_holds_it_whole() -> None:
+    """What tells a fetch stalled on v1 that v1 was superseded, without asking the
+    registry: a node other than the publisher holds a newer version whole (it fetched it,
+    so it was committed). The publisher's own copy does not count (advertised before the
+    commit), nor does a partial one, an older one, or another model's."""
+    view = HolderView()
+    view.update("trainer", hold_key("policy", 2), encode_holding(Holding.of(b"\1\1", origin=True)))
+    view.update("half", hold_key("policy", 3), encode_holding(Holding.of(b"\1\0")))
+    view.update("old", hold_key("policy", 0), encode_holding(Holding.of(b"\1\1")))
+    view.update("other", hold_key("critic", 4), encode_holding(Holding.of(b"\1\1")))
+    assert view.newer_fetched("policy", 1) is None
+    view.update("r1", hold_key("policy", 2), encode_holding(Holding.of(b"\1\1")))
+    assert view.newer_fetched("policy", 1) == 2
+    assert view.newer_fetched("policy", 2) is None
+    view.update("r2", hold_key("policy", 3), encode_holding(Holding.of(b"\1\1")))
+    assert view.newer_fetched("policy", 1) == 3

@@ -137,3 +137,18 @@ class HolderView:
 
     def versions(self) -> list[tuple[str, int]]:
         return sorted(self._by_version)
+
+    def newer_fetched(self, key: str, version: int) -> int | None:
+        """The newest version of ``key`` above ``version`` that a node other than its
+        publisher holds whole, or None. A node fetches only committed versions, so this is
+        a newer commit seen without asking the registry: a fetch stalled on a version its
+        holders moved on from can tell that it was superseded (``swarm_fill``'s
+        ``superseded``)."""
+        fetched = [
+            v
+            for (m, v), holders in self._by_version.items()
+            if m == key
+            and v > version
+            and any(h.complete and not h.origin for h in holders.values())
+        ]
+        return max(fetched, default=None)
