@@ -210,6 +210,38 @@ async def test_slow_reader_gets_backpressure_not_unbounded_buffers(transport: st
         assert replica.complete is False and replica.held == 40
 
 
+async def test_a_node_closes_though_a_peer_reads_nothing() -> None:
+    """A peer that stops reading (hung, stopped, its reads paused) leaves our uploads to
+    it buffered. A graceful close waits for the peer to take them, so Node.close waited
+    for good (found with a relay fetch's holder closed mid-transfer under load,
+    tests/test_session_parity.py): now a connection aborts what the peer did not take
+    within CLOSE_GRACE, and the node closes."""
+    async with nodes(2) as (a, b):
+        m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
+        peer = await b.peer(a.address)
+        manifest = await peer.get_manifest("m", 1)
+        peer.conn.pause_reading()
+        from tensorhub.dataplane.store import Replica
+        from tensorhub.io.tensors import TensorBytes
+
+        replica = Replica(
+            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
+        )
+        asked = [asyncio.create_task(peer.get_chunk(replica, i)) for i in range(40)]
+        server_conn = next(iter(a.handlers)).conn
+        while server_conn.unsent == 0:  # the kernel's buffers are full; ours fill
+            await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.wait_for(a.close(), 4 * tcp.CLOSE_GRACE + 5.0)  # (it hung for good)
+        print(f"closed in {loop.time() - t0:.2f}s")
+        peer.conn.resume_reading()  # (b wakes: it reads what came, then the reset)
+        results = await asyncio.wait_for(asyncio.gather(*asked, return_exceptions=True), 10)
+        # What the kernel's buffers held landed, verified; the rest fails clearly.
+        assert all(r is None or isinstance(r, TransferError) for r in results), results
+        assert replica.held == results.count(None) < len(results)
+
+
 async def test_request_flood_is_a_protocol_violation() -> None:
     async with nodes(2) as (a, b):
         a.serve("m", 1, big_model(1), chunk_size=4096)

@@ -361,5 +361,5 @@ class Node:
             await self._server.close()
         if self._ucx_server is not None:
             await self._ucx_server.close()
-        for h in list(self.handlers):
-            await h.aclose()
+        # Together: each may wait CLOSE_GRACE for a peer that reads nothing.
+        await asyncio.gather(*(h.aclose() for h in list(self.handlers)))

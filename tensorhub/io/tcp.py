@@ -51,6 +51,12 @@ from ..typing import Buffer
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMITS = Limits()
+CLOSE_GRACE = 2.0
+"""Seconds a closing connection may spend sending what it buffered (a reply's last bytes,
+an error for the peer) before it is aborted. A graceful close ends only once the peer
+has read them: one that reads nothing (hung, stopped, or overwhelmed) made ``Node.close``
+wait for good (tests/test_transport.py::test_a_node_closes_though_a_peer_reads_nothing)."""
+
 HIGH_WATER = 4 << 20
 """Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain."""
 HANDSHAKE_TIMEOUT = 10.0
@@ -431,9 +437,30 @@ class Connection(asyncio.BufferedProtocol):
         if self._transport is not None:
             self._transport.abort()
 
-    async def aclose(self) -> None:
+    async def aclose(self, grace: float | None = None) -> None:
+        """Close, letting what is buffered go out for up to ``grace`` seconds
+        (``CLOSE_GRACE``), then abort: a peer that reads nothing never takes it."""
         self.close()
-        await self.closed
+        grace = CLOSE_GRACE if grace is None else grace
+        if await _settled(self.closed, grace):
+            return
+        tr = self._transport
+        log.warning(
+            "%s: %s took nothing of %d buffered bytes for %.1fs of closing; aborting",
+            self.node,
+            self.peer or "?",
+            tr.get_write_buffer_size() if tr is not None else 0,
+            grace,
+        )
+        self.kill()
+        if not await _settled(self.closed, grace):  # (no transport was ever made)
+            log.warning("%s: the connection to %s did not close", self.node, self.peer or "?")
+
+
+async def _settled(fut: asyncio.Future[None], seconds: float) -> bool:
+    """Whether ``fut`` is done within ``seconds`` (it is not cancelled either way)."""
+    done, _ = await asyncio.wait([fut], timeout=seconds)
+    return bool(done)
 
 
 def _endpoint(transport: asyncio.BaseTransport, which: str) -> str:
@@ -469,10 +496,8 @@ class Server:
         listener closes still makes a connection: it is closed as it comes (``listen``)."""
         self._closing[0] = True
         self._server.close()
-        for c in list(self.connections):
-            c.close()
+        await asyncio.gather(*(c.aclose() for c in list(self.connections)))
         await self._server.wait_closed()
-        await asyncio.gather(*(c.closed for c in list(self.connections)))
 
 
 async def listen(
