@@ -24,9 +24,10 @@ from tensorhub.core.errors import (
 from tensorhub.core.messages import GetChunk
 from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
-from tensorhub.dataplane.peer import MAX_QUEUED_REQUESTS
+from tensorhub.dataplane.peer import MAX_QUEUED_REQUESTS, PeerHandler
+from tensorhub.dataplane.store import Replica
 from tensorhub.io import tcp, ucx
-from tensorhub.io.tensors import empty_like_manifest
+from tensorhub.io.tensors import TensorBytes, empty_like_manifest
 
 from .models import awkward, every_dtype, same_bytes
 from .transports import routed
@@ -188,19 +189,23 @@ async def test_withdraw_waits_for_in_flight_uploads(transport: str) -> None:
         assert len(b.store) == 0
 
 
+async def _asked_by_a_reader_that_paused(
+    a: Node, b: Node, chunks: int
+) -> tuple[PeerHandler, Replica, list[asyncio.Task[None]]]:
+    """``b`` asks ``a`` for ``chunks`` chunks of a 64 MiB version, its reading paused."""
+    m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
+    peer = await b.peer(a.address)
+    manifest = await peer.get_manifest("m", 1)
+    peer.conn.pause_reading()
+    replica = Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
+    )
+    return peer, replica, [asyncio.create_task(peer.get_chunk(replica, i)) for i in range(chunks)]
+
+
 async def test_slow_reader_gets_backpressure_not_unbounded_buffers(transport: str) -> None:
     async with nodes(2, transport=transport) as (a, b):
-        m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
-        peer = await b.peer(a.address)
-        manifest = await peer.get_manifest("m", 1)
-        peer.conn.pause_reading()
-        from tensorhub.dataplane.store import Replica
-        from tensorhub.io.tensors import TensorBytes
-
-        replica = Replica(
-            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
-        )
-        tasks = [asyncio.create_task(peer.get_chunk(replica, i)) for i in range(40)]
+        peer, replica, tasks = await _asked_by_a_reader_that_paused(a, b, 40)
         await asyncio.sleep(0.3)
         server_conn = next(iter(a.handlers)).conn
         buffered = server_conn.unsent
@@ -213,21 +218,11 @@ async def test_slow_reader_gets_backpressure_not_unbounded_buffers(transport: st
 async def test_a_node_closes_though_a_peer_reads_nothing() -> None:
     """A peer that stops reading (hung, stopped, its reads paused) leaves our uploads to
     it buffered. A graceful close waits for the peer to take them, so Node.close waited
-    for good (found with a relay fetch's holder closed mid-transfer under load,
-    tests/test_session_parity.py): now a connection aborts what the peer did not take
-    within CLOSE_GRACE, and the node closes."""
+    for good (the likely cause of tests/test_session_parity.py hanging in Node.close under
+    load, session 23): now a connection aborts what the peer did not take within
+    CLOSE_GRACE, and the node closes."""
     async with nodes(2) as (a, b):
-        m = a.serve("m", 1, big_model(64), chunk_size=1 << 20)
-        peer = await b.peer(a.address)
-        manifest = await peer.get_manifest("m", 1)
-        peer.conn.pause_reading()
-        from tensorhub.dataplane.store import Replica
-        from tensorhub.io.tensors import TensorBytes
-
-        replica = Replica(
-            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(m))
-        )
-        asked = [asyncio.create_task(peer.get_chunk(replica, i)) for i in range(40)]
+        peer, replica, asked = await _asked_by_a_reader_that_paused(a, b, 40)
         server_conn = next(iter(a.handlers)).conn
         while server_conn.unsent == 0:  # the kernel's buffers are full; ours fill
             await asyncio.sleep(0.01)
@@ -453,8 +448,6 @@ async def test_a_fetched_copy_super_seeds_when_every_holder_seeds() -> None:
     node passes it on. Without the setting, the second asker queues for the same slot."""
     from tensorhub.core.errors import Refused
     from tensorhub.core.swarm.presets import preset
-    from tensorhub.dataplane.store import Replica
-    from tensorhub.io.tensors import TensorBytes
 
     # (a long window: a loaded machine may take seconds between the two requests)
     seeding = preset("node:every_holder_seeds=true:upload_slots=1:reserve_after=60")

@@ -463,15 +463,27 @@ class _Driver:
         planner = self.session.planner
         if planner.lagging and not self.replica.lagging:
             self.replica.lag()  # we relay from the tail now: park no one (Replica.lag)
-            log.warning(
-                "%s v%d: this node fell behind the link before it in the relay chain "
-                "(a slow NIC or host?) with %d of %d chunks; it relays from the chain's "
-                "tail now",
-                display_name(self.replica.key),
-                self.replica.version,
-                planner.num_chunks - len(planner.missing()),
-                planner.num_chunks,
-            )
+            held = planner.num_chunks - len(planner.missing())
+            name, version = display_name(self.replica.key), self.replica.version
+            if held == 0:  # (a lag is judged only from lag_chunks in: ChunkPlanner._note_lag)
+                # Not a fault: a fetch that began after the chain went past it (a late
+                # joiner, a lone fetcher among full holders) belongs at the tail.
+                log.info(
+                    "%s v%d: the relay chain went on before this fetch began; it relays "
+                    "from the chain's tail",
+                    name,
+                    version,
+                )
+            else:
+                log.warning(
+                    "%s v%d: this node fell behind the link before it in the relay chain "
+                    "(a slow NIC or host?) with %d of %d chunks; it relays from the chain's "
+                    "tail now",
+                    name,
+                    version,
+                    held,
+                    planner.num_chunks,
+                )
 
     def _start(self, r: Request) -> None:
         into = None
