@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -13,14 +14,14 @@ import torch
 from tensorhub.core.errors import ChecksumMismatch, RemoteError, TransferError, UnknownVersion
 from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
-from tensorhub.core.swarm import PlannerConfig
+from tensorhub.core.swarm import ChunkPlanner, PlannerConfig
 from tensorhub.core.swarm.presets import SWARM
-from tensorhub.core.swarm.session import Input
+from tensorhub.core.swarm.session import FetchSession, Input
 from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PeerHandler
 from tensorhub.dataplane.store import Replica
-from tensorhub.dataplane.swarm import MOVED_ON_STALL, Holder, swarm_fetch
+from tensorhub.dataplane.swarm import MOVED_ON_STALL, Holder, superseded_and_stalled, swarm_fetch
 from tensorhub.dataplane.view import SourceNews, Unaware, Unwatch
 from tensorhub.io import ucx
 from tensorhub.io.shaping import Link, WanShaper
@@ -264,6 +265,26 @@ async def test_a_stalled_fetch_of_a_superseded_version_gives_up_soon() -> None:
         print(f"superseded: failed {took:.2f}s after a newer version was known")
         assert took < 30.0  # the next idle tick; far under stall_timeout
         assert len(me.store) == 0
+
+
+def test_a_superseded_fetch_whose_holders_answer_busy_is_not_given_up() -> None:
+    """Holders that answer "busy" (or redirect) hold what we lack: a retained old version
+    many fetch at once. The fetch gives up on a superseded version only once it made no
+    progress and heard no such answer for MOVED_ON_STALL each."""
+    session = FetchSession(ChunkPlanner("me", 4, random.Random(0), SWARM.planner))
+    held_off = [0.0, 0.0]
+
+    def gives_up(at: float, newer: bool = True) -> bool:  # idle since 0
+        return superseded_and_stalled(session, held_off, at, at, lambda: newer)
+
+    late = MOVED_ON_STALL + 0.5
+    assert not gives_up(late, newer=False)  # not superseded: the stall bound applies
+    assert gives_up(late)
+    session.trouble["busy"] += 1  # a holder answered busy (seen at ``late``)
+    assert not gives_up(late) and not gives_up(late + 1.0)
+    assert gives_up(2 * late)  # quiet since
+    session.trouble["redirected"] += 1
+    assert not gives_up(3 * late)
 
 
 async def test_partial_prefix_serving_while_fetching() -> None:

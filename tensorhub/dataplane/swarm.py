@@ -74,8 +74,9 @@ stalled: its process had no CPU, or a callback held the event loop. The planner 
 because its NIC is slow."""
 MOVED_ON_STALL = 2.0
 """Seconds a fetch waits with no chunk verified and nothing in flight, when its version has
-been superseded (``superseded()`` says so), before it fails: its holders let go of it
-for the newer version (the mutability contract) and none is left to ask. The stall bound
+been superseded (``superseded()`` says so) and no holder answered "busy" or "redirected",
+before it fails: its holders let go of it for the newer version (the mutability
+contract) and none is left to ask. The stall bound
 for the latest version (``stall_timeout``, 10 s) cost a launch's dc2 rollouts 10 s of
 stall on a v1 whose WAN sender was killed and whose other holders had fetched v2 into
 the same memory; v2 came and went meanwhile (tests/test_launch.py, 2 runs in 8 under two
@@ -321,15 +322,17 @@ async def _fetch_loop(
             _apply(session, driver, news.pop(0))
 
     clock()
+    held_off = [0, t_ticks]  # holders' "busy" and "redirected" answers, and when they grew
     while not planner.done:
         driver.perform(session.requests(time.monotonic()))
         if deadline is not None and time.monotonic() > deadline:
             raise _stuck(planner, key, version, session.trouble, f"not done after {timeout}s")
         if not driver.running:
-            idle = time.monotonic() - last_progress
+            now = time.monotonic()
+            idle = now - last_progress
             if idle > stall_timeout:
                 raise _stuck(planner, key, version, session.trouble)
-            if idle > MOVED_ON_STALL and superseded is not None and superseded():
+            if superseded_and_stalled(session, held_off, now, idle, superseded):
                 why = f"superseded (a newer version is committed), no progress for {idle:.1f}s"
                 raise _stuck(planner, key, version, session.trouble, why)
             await asyncio.sleep(TICK)
@@ -352,6 +355,26 @@ async def _fetch_loop(
                     driver.node.announce(key, version, chunk, partial)
                 if on_chunk is not None:
                     on_chunk(replica, chunk)
+
+
+def superseded_and_stalled(
+    session: FetchSession,
+    held_off: list[float],
+    now: float,
+    idle: float,
+    superseded: Callable[[], bool] | None,
+) -> bool:
+    """Give up on a superseded version (``MOVED_ON_STALL``)? Not while a holder answers
+    "busy" or "redirected" (it, or those it points to, hold what we lack: a retained old
+    version that many fetch at once), only once ``idle`` and that silence both last
+    ``MOVED_ON_STALL``. ``held_off``: the count of those answers and when it last grew."""
+    answers = session.trouble["busy"] + session.trouble["redirected"]
+    if answers != held_off[0]:
+        held_off[0], held_off[1] = answers, now
+    quiet = now - held_off[1]
+    return (
+        idle > MOVED_ON_STALL and quiet > MOVED_ON_STALL and superseded is not None and superseded()
+    )
 
 
 def _stuck(
