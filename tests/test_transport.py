@@ -224,9 +224,11 @@ async def test_a_node_closes_though_a_peer_reads_nothing() -> None:
     async with nodes(2) as (a, b):
         peer, replica, asked = await _asked_by_a_reader_that_paused(a, b, 40)
         server_conn = next(iter(a.handlers)).conn
-        while server_conn.unsent == 0:  # the kernel's buffers are full; ours fill
-            await asyncio.sleep(0.01)
         loop = asyncio.get_running_loop()
+        give_up = loop.time() + 30.0
+        while server_conn.unsent == 0:  # the kernel's buffers are full; ours fill
+            assert loop.time() < give_up, "40 MiB asked, and nothing left in our buffers"
+            await asyncio.sleep(0.01)
         t0 = loop.time()
         await asyncio.wait_for(a.close(), 4 * tcp.CLOSE_GRACE + 5.0)  # (it hung for good)
         print(f"closed in {loop.time() - t0:.2f}s")
