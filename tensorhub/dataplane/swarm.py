@@ -76,11 +76,11 @@ MOVED_ON_STALL = 2.0
 """Seconds a fetch waits with no chunk verified and nothing in flight, when its version has
 been superseded (``superseded()`` says so) and no holder answered "busy" or "redirected",
 before it fails: its holders let go of it for the newer version (the mutability
-contract) and none is left to ask. The stall bound
-for the latest version (``stall_timeout``, 10 s) cost a launch's dc2 rollouts 10 s of
-stall on a v1 whose WAN sender was killed and whose other holders had fetched v2 into
-the same memory; v2 came and went meanwhile (tests/test_launch.py, 2 runs in 8 under two
-busy loops). Several gossip rounds: a holder gossip had not told us of is heard of."""
+contract) and none is left to ask. The stall bound for the latest version
+(``stall_timeout``, 10 s) cost a launch's dc2 rollouts 10 s of stall on a v1 whose WAN
+sender was killed and whose other holders had fetched v2 into the same memory; v2 came
+and went meanwhile (tests/test_launch.py, 2 runs in 8 under two busy loops). Long enough
+for several gossip rounds: a holder gossip had not yet told us of is heard of."""
 SUSPECT_TICKS = 10
 """A suspect source is asked for nothing new for this many ticks, renewed while gossip
 still suspects it (suspicion clears without news when the member refutes it)."""

@@ -446,7 +446,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         tr = self._transport
         log.warning(
-            "%s: %s took nothing of %d buffered bytes for %.1fs of closing; aborting",
+            "%s: %s had not taken %d buffered bytes after %.1fs of closing; aborting",
             self.node,
             self.peer or "?",
             tr.get_write_buffer_size() if tr is not None else 0,
