@@ -32,6 +32,7 @@ from collections.abc import (
 )
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -826,8 +827,7 @@ class Hub:
         if replica is not None and replica.complete:  # a delta rebuilt every chunk
             return await swarm_fill(self.node, replica, [], on_chunk=progress)
 
-        def superseded() -> bool:
-            return self._moved_on(dp, version)
+        superseded = partial(self._moved_on, dp, version)
 
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
             run: Awaitable[FetchResult] = (
@@ -1009,8 +1009,7 @@ class Hub:
         # read promises memory bounded by its buffer.
         config = replace(self.node.dataplane.planner, endgame_copies=0)
 
-        def superseded() -> bool:
-            return self._moved_on(replica.key, replica.version)
+        superseded = partial(self._moved_on, replica.key, replica.version)
 
         async def attempt(holders: list[Holder], left: float) -> FetchResult:
             return await swarm_fill(

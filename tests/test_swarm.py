@@ -21,7 +21,13 @@ from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PeerHandler
 from tensorhub.dataplane.store import Replica
-from tensorhub.dataplane.swarm import MOVED_ON_STALL, Holder, superseded_and_stalled, swarm_fetch
+from tensorhub.dataplane.swarm import (
+    MOVED_ON_STALL,
+    HeldOff,
+    Holder,
+    superseded_and_stalled,
+    swarm_fetch,
+)
 from tensorhub.dataplane.view import SourceNews, Unaware, Unwatch
 from tensorhub.io import ucx
 from tensorhub.io.shaping import Link, WanShaper
@@ -272,7 +278,7 @@ def test_a_superseded_fetch_whose_holders_answer_busy_is_not_given_up() -> None:
     many fetch at once. The fetch gives up on a superseded version only once it made no
     progress and heard no such answer for MOVED_ON_STALL each."""
     session = FetchSession(ChunkPlanner("me", 4, random.Random(0), SWARM.planner))
-    held_off = [0.0, 0.0]
+    held_off = HeldOff()
 
     def gives_up(at: float, newer: bool = True) -> bool:  # idle since 0
         return superseded_and_stalled(session, held_off, at, at, lambda: newer)

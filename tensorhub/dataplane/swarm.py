@@ -23,6 +23,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import torch
 
@@ -322,7 +323,7 @@ async def _fetch_loop(
             _apply(session, driver, news.pop(0))
 
     clock()
-    held_off = [0, t_ticks]  # holders' "busy" and "redirected" answers, and when they grew
+    held_off = HeldOff(since=t_ticks)
     while not planner.done:
         driver.perform(session.requests(time.monotonic()))
         if deadline is not None and time.monotonic() > deadline:
@@ -357,9 +358,18 @@ async def _fetch_loop(
                     on_chunk(replica, chunk)
 
 
+@dataclass
+class HeldOff:
+    """The "busy" and "redirected" answers a fetch has had from holders, and when their
+    count last grew (see :func:`superseded_and_stalled`)."""
+
+    answers: int = 0
+    since: float = 0.0
+
+
 def superseded_and_stalled(
     session: FetchSession,
-    held_off: list[float],
+    held_off: HeldOff,
     now: float,
     idle: float,
     superseded: Callable[[], bool] | None,
@@ -367,11 +377,11 @@ def superseded_and_stalled(
     """Give up on a superseded version (``MOVED_ON_STALL``)? Not while a holder answers
     "busy" or "redirected" (it, or those it points to, hold what we lack: a retained old
     version that many fetch at once), only once ``idle`` and that silence both last
-    ``MOVED_ON_STALL``. ``held_off``: the count of those answers and when it last grew."""
+    ``MOVED_ON_STALL``."""
     answers = session.trouble["busy"] + session.trouble["redirected"]
-    if answers != held_off[0]:
-        held_off[0], held_off[1] = answers, now
-    quiet = now - held_off[1]
+    if answers != held_off.answers:
+        held_off.answers, held_off.since = answers, now
+    quiet = now - held_off.since
     return (
         idle > MOVED_ON_STALL and quiet > MOVED_ON_STALL and superseded is not None and superseded()
     )

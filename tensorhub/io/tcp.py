@@ -437,11 +437,10 @@ class Connection(asyncio.BufferedProtocol):
         if self._transport is not None:
             self._transport.abort()
 
-    async def aclose(self, grace: float | None = None) -> None:
-        """Close, letting what is buffered go out for up to ``grace`` seconds
-        (``CLOSE_GRACE``), then abort: a peer that reads nothing never takes it."""
+    async def aclose(self, grace: float = CLOSE_GRACE) -> None:
+        """Close, letting what is buffered go out for up to ``grace`` seconds, then abort:
+        a peer that reads nothing never takes it."""
         self.close()
-        grace = CLOSE_GRACE if grace is None else grace
         if await _settled(self.closed, grace):
             return
         tr = self._transport
