@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -189,6 +190,8 @@ def test_the_relay_preset_across_racks_and_datacenters_ends_verified(
     # on a clean clone, dc2 short of v1 and v2, left its fetch errors cut to "TransferE...")
     print("why:", json.dumps(why, indent=1, default=str), "\nstderr:", proc.stderr[-4000:])
     assert data["ok"] and data["dataplane"] == dataplane, why
+    published = [v["published_at_s"] for v in data["versions"]]
+    assert all(b - a >= 3.0 for a, b in itertools.pairwise(published)), published  # step_s
     assert data["failures"]["wrong_weights"] == 0 and data["chaos"]["crashed"] == [], why
     assert all(f["verified"] for v in data["versions"] for f in v["fetches"]), why
     killed = {k["who"] for k in data["chaos"]["killed"]}

@@ -282,6 +282,7 @@ class _Run:
                     },
                     "loss": pub["loss"],
                     "bytes": pub["bytes"],
+                    "published_at_s": pub["t_publish"] - self.t0,  # (since the launch began)
                     "commit_s": pub["commit_s"],
                     "trainer_stall_s": pub["stall_s"],
                     "fetches": fetches,
