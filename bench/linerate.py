@@ -49,12 +49,26 @@ if __package__ in (None, ""):
 from bench.common import machine, parse_size, print_table, write_json
 from sim.fanout import predict_each
 from tensorhub.core.swarm.presets import preset
+from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.netns import Fabric, enter, unavailable
 
 PORT = 7100
 PIECE = 1 << 20
 MODEL = "linerate"
+
+
+def _tuned(sock: socket.socket) -> socket.socket:
+    """A raw system's connection with ``--cc``'s congestion control, as tensorhub's."""
+    use_congestion_control(sock)
+    return sock
+
+
+def _host_congestion_control() -> str:
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def _send_all(conn: socket.socket, size: int) -> None:
@@ -73,7 +87,7 @@ def _source(ns: str, ip: str, receivers: int, size: int, pipe: mpc.Connection) -
     ls = socket.create_server((ip, PORT), backlog=64)
     pipe.send(("ready",))
     pipe.recv()  # go
-    conns = [ls.accept()[0] for _ in range(receivers)]
+    conns = [_tuned(ls.accept()[0]) for _ in range(receivers)]
     t0 = time.time()
     threads = [threading.Thread(target=_send_all, args=(c, size)) for c in conns]
     for t in threads:
@@ -92,8 +106,8 @@ def _receiver(
     ls = socket.create_server((ip, PORT), backlog=4) if forward else None
     pipe.send(("ready",))
     pipe.recv()  # connect now (upstream listens)
-    up = socket.create_connection((upstream, PORT))
-    down = ls.accept()[0] if ls is not None else None
+    up = _tuned(socket.create_connection((upstream, PORT)))
+    down = _tuned(ls.accept()[0]) if ls is not None else None
     pipe.send(("connected",))
     buf = bytearray(PIECE)
     view = memoryview(buf)
@@ -379,6 +393,9 @@ def _tensorhub(
         # when each receiver began its fetch, seconds after the first (the simulator's
         # prediction starts each where it began here: see _predicted)
         "starts": {n: round(ends[n][0] - t0, 6) for n in sorted(ends)},
+        # when each receiver finished, seconds after the first began (does the last trail
+        # the first by the chain's depth, or is every link slow?)
+        "ends": {n: round(ends[n][1] - t0, 6) for n in sorted(ends)},
         **cpu,
     }
     if victim is not None and victim in ends:  # (from its own start: late or not)
@@ -565,6 +582,11 @@ def main() -> None:
         default=1,
         help="run every system this many times on the same fabric; report medians",
     )
+    ap.add_argument(
+        "--cc",
+        help="the TCP congestion control every system's connections use in this run (e.g. "
+        "cubic, bbr; tensorhub's through TENSORHUB_TCP_CONGESTION); default: the host's",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -573,6 +595,8 @@ def main() -> None:
     if why is not None:
         print(f"bench/linerate.py: cannot run: {why}", file=sys.stderr)
         raise SystemExit(2)
+    if args.cc:  # (read by this process's raw sockets and inherited by every Hub process)
+        os.environ[CONGESTION_ENV] = args.cc
     size, n = parse_size(args.size), args.receivers
     systems = args.systems.split(",")
     # mid-chain: half the receivers are downstream of it (none when the publisher stops)
@@ -600,7 +624,8 @@ def main() -> None:
     }[args.case]
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
-        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}",
+        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP "
+        f"{args.cc or _host_congestion_control()}",
         [
             "system",
             "last receiver (s)",
@@ -663,6 +688,7 @@ def main() -> None:
             "victim": victim if args.case != "healthy" else None,
             "rounds": args.rounds,
             "machine": machine(),
+            "congestion_control": args.cc or _host_congestion_control(),
             # Which preset each tensorhub row ran (a name's settings change: "node" was
             # the swarm until session 23, the relay since; bench/prediction_check.py).
             "presets": {_label(name): name for name in args.presets.split(",")},

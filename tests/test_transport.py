@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -237,6 +238,44 @@ async def test_a_node_closes_though_a_peer_reads_nothing() -> None:
         # What the kernel's buffers held landed, verified; the rest fails clearly.
         assert all(r is None or isinstance(r, TransferError) for r in results), results
         assert replica.held == results.count(None) < len(results)
+
+
+def _congestion(conn: tcp.Connection) -> str:
+    assert conn._sock is not None
+    got = conn._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    return bytes(got).rstrip(b"\0").decode()
+
+
+async def test_connections_use_the_congestion_control_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TENSORHUB_TCP_CONGESTION sets the algorithm on both ends of every connection (reno:
+    built into every Linux kernel, and not this host's default)."""
+    monkeypatch.setenv(tcp.CONGESTION_ENV, "reno")
+    async with nodes(2) as (a, b):
+        m = a.serve("m", 1, big_model(1), chunk_size=65536)
+        into = empty_like_manifest(m)
+        await b.fetch(a.address, "m", 1, into)
+        peer = await b.peer(a.address)
+        served = next(iter(a.handlers)).conn
+        assert (_congestion(peer.conn), _congestion(served)) == ("reno", "reno")
+
+
+async def test_a_congestion_control_the_kernel_refuses_is_logged_once_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(tcp.CONGESTION_ENV, "no-such-algorithm")
+    monkeypatch.setattr(tcp, "_congestion_refused", set())
+    async with nodes(3) as (a, b, c):
+        sd = big_model(1)
+        m = a.serve("m", 1, sd, chunk_size=65536)
+        for fetcher in (b, c):
+            into = empty_like_manifest(m)
+            await fetcher.fetch(a.address, "m", 1, into)
+            assert all(same_bytes(t, into[k]) for k, t in sd.items())
+    refused = [r for r in caplog.records if tcp.CONGESTION_ENV in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in refused]
+    assert "no-such-algorithm refused" in refused[0].getMessage()
 
 
 async def test_request_flood_is_a_protocol_violation() -> None:

@@ -57,6 +57,32 @@ an error for the peer) before it is aborted. A graceful close ends only once the
 has read them: one that reads nothing (hung, stopped, or overwhelmed) made ``Node.close``
 wait for good (tests/test_transport.py::test_a_node_closes_though_a_peer_reads_nothing)."""
 
+CONGESTION_ENV = "TENSORHUB_TCP_CONGESTION"
+"""An environment variable naming the TCP congestion control every connection of this
+process uses (``cubic``, ``bbr``, ``reno``: one of
+``/proc/sys/net/ipv4/tcp_available_congestion_control``); unset, the host's default. An
+operator's choice, as NCCL's socket settings are: on bench/linerate.py's fabric (each node
+behind a 1 Gbit/s ``tbf``), a relay link's acknowledgements wait behind its own upstream
+data in its NIC's queue, and under BBR (this host's default) the first link of the chain
+moved 0.91 of line rate where a lone copy moves 0.99; under cubic it finished within
+1.02-1.03x of one copy (docs/results.md, session 25). A name the kernel refuses is logged
+once and the host's default stays."""
+_congestion_refused: set[str] = set()
+
+
+def use_congestion_control(sock: socket.socket) -> None:
+    """Set :data:`CONGESTION_ENV`'s algorithm on ``sock``, if one is named."""
+    name = os.environ.get(CONGESTION_ENV)
+    if not name:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+    except OSError as e:
+        if name not in _congestion_refused:
+            _congestion_refused.add(name)
+            log.warning("%s=%s refused (%s): the host's default stays", CONGESTION_ENV, name, e)
+
+
 HIGH_WATER = 4 << 20
 """Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain."""
 HANDSHAKE_TIMEOUT = 10.0
@@ -203,6 +229,7 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            use_congestion_control(sock)
             self._sock = sock
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
         self._begin_handshake(_endpoint(transport, "peername"), _endpoint(transport, "sockname"))
