@@ -16,9 +16,8 @@ import torch
 
 from tensorhub.core.errors import ChecksumMismatch, RemoteError
 from tensorhub.core.swarm.presets import NODE, preset
-from tensorhub.dataplane.landing_digest import byte_range
 from tensorhub.dataplane.node import Node
-from tensorhub.dataplane.peer import PIECE
+from tensorhub.dataplane.peer import PIECE, byte_range
 from tensorhub.dataplane.store import Replica
 from tensorhub.io.tensors import TensorBytes, empty_like_manifest, tensor_digests
 from tensorhub.testing.hub_procs import HubProcs, Spec

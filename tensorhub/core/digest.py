@@ -37,17 +37,3 @@ def digest_parts(parts: Iterable[Buffer], threads: bool = False) -> bytes:
     for part in parts:
         h.update(part)
     return bytes(h.digest(DIGEST_SIZE))
-
-
-class Digester:
-    """BLAKE3-128 of bytes fed in order, a run at a time (a chunk as it lands): the same
-    digest as :func:`digest_parts` of all of them."""
-
-    def __init__(self) -> None:
-        self._h = blake3.blake3(max_threads=1)
-
-    def update(self, data: Buffer) -> None:
-        self._h.update(data)
-
-    def digest(self) -> bytes:
-        return bytes(self._h.digest(DIGEST_SIZE))

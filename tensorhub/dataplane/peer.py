@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ..core.digest import digest_parts
 from ..core.errors import (
     ChecksumMismatch,
     ProtocolError,
@@ -42,7 +43,6 @@ from ..core.swarm import SeedDecision, holder_seeder
 from ..core.swarm.serve import NO_CONTEXT, SeedContext, Verdict, serve_decision
 from ..io.shaping import WanShaper
 from ..io.tcp import Connection
-from .landing_digest import LandingDigest, byte_range
 from .store import Landing, LocalStore, Replica
 from .upload_grants import Grant, UploadGrants
 
@@ -59,10 +59,9 @@ MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
 
 VERIFY_OFF_LOOP = 1 << 20
-"""A chunk is hashed as its bytes land (:class:`~tensorhub.dataplane.landing_digest.LandingDigest`):
-a run of at least this many landed bytes on a worker thread (BLAKE3 releases the GIL), so
-the event loop goes on receiving meanwhile; a shorter one inline, where a thread hop would
-cost more than the hash."""
+"""Chunks at least this large are hashed on a worker thread (BLAKE3 releases the GIL), so
+the event loop goes on receiving the next chunks meanwhile; smaller ones are hashed inline,
+where a thread hop would cost more than the hash."""
 
 _verifiers = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), "tensorhub-verify")
 
@@ -70,6 +69,20 @@ PIECE = 256 * 1024
 """Cut through: bytes that must have landed past what we sent before the next piece goes
 out, and the tail kept back until the chunk verified here. Smaller pieces trail the
 upstream more closely but cost a frame each (a 4 MiB chunk goes in about 16)."""
+
+
+def byte_range(parts: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
+    """Bytes ``start:stop`` of the concatenation of ``parts``, as views of them."""
+    out, pos = [], 0
+    for p in parts:
+        n = len(p)
+        lo, hi = max(start - pos, 0), min(stop - pos, n)
+        if lo < hi:
+            out.append(p[lo:hi])
+        pos += n
+        if pos >= stop:
+            break
+    return out
 
 
 @dataclass
@@ -84,7 +97,6 @@ class _Request:
     primary: bool = False  # into the replica's own memory (not an endgame copy's scratch)
     received: int = 0  # bytes of the chunk received so far (a reply may come in pieces)
     landing: Landing | None = None  # into the replica's own memory: others may stream it
-    digest: LandingDigest | None = None  # hashed as its bytes land (from its first byte)
 
 
 @dataclass
@@ -198,20 +210,13 @@ class PeerHandler:
                 req.arriving()
             if req.primary:
                 req.landing = req.replica.begin_landing(req.chunk)
-            peer = self.conn.peer
-            req.digest = LandingDigest(
-                req.parts, lambda got: self._verified(peer, req, got), _verifiers, VERIFY_OFF_LOOP
-            )
         return byte_range(req.parts, msg.offset, end)
 
     def on_progress(self, conn: Connection, landed: int) -> None:
         if self._receiving is not None:
             req = self._pending.get(self._receiving)
-            if req is not None and not req.abandoned:
-                if req.landing is not None:
-                    req.landing.advance(req.received + landed)
-                if req.digest is not None:
-                    req.digest.landed(req.received + landed)
+            if req is not None and req.landing is not None and not req.abandoned:
+                req.landing.advance(req.received + landed)
 
     def on_payload(self, conn: Connection, msg: Message, parts: Sequence[memoryview]) -> None:
         assert isinstance(msg, ChunkData | ManifestData)
@@ -220,27 +225,28 @@ class PeerHandler:
             req = self._pending.get(msg.req)
             if req is not None:
                 req.received += sum(len(p) for p in parts)
-                if not req.abandoned:
-                    if req.landing is not None:
-                        req.landing.advance(req.received)
-                    if req.digest is not None:
-                        req.digest.landed(req.received)
+                if req.landing is not None and not req.abandoned:
+                    req.landing.advance(req.received)
             return
         req = self._pending.pop(msg.req, None)
         if req is None or req.fut.done() or req.abandoned:
             return
         if isinstance(msg, ChunkData):
-            size = sum(len(p) for p in req.parts)  # (the whole chunk: it may come in pieces)
+            parts = req.parts  # (the whole chunk: it may have come in pieces)
+            size = sum(len(p) for p in parts)
             if req.landing is not None:
                 req.landing.advance(size)
-            if req.digest is None:  # (a chunk of no bytes: _chunk_sink made none)
-                req.digest = LandingDigest(
-                    req.parts,
-                    lambda got: self._verified(conn.peer, req, got),
-                    _verifiers,
-                    VERIFY_OFF_LOOP,
+            if size < VERIFY_OFF_LOOP:
+                self._verified(conn.peer, req, digest_parts(parts))
+            else:
+                hashing = asyncio.get_running_loop().run_in_executor(
+                    _verifiers, digest_parts, parts
                 )
-            req.digest.landed(size)  # the rest is hashed now; _verified when done
+                hashing.add_done_callback(
+                    lambda f: self._verified(
+                        conn.peer, req, None if f.cancelled() or f.exception() else f.result()
+                    )
+                )
             return
         try:
             manifest = Manifest.decode(bytes(parts[0]) if parts else b"", req.expected_root)
@@ -275,8 +281,6 @@ class PeerHandler:
             + (f": {exc}" if exc else "")
         )
         for req in self._pending.values():
-            if req.digest is not None:
-                req.digest.cancel()
             if req.landing is not None and req.replica is not None:
                 req.replica.end_landing(req.chunk, req.landing)
             if not req.fut.done():
@@ -557,8 +561,6 @@ class PeerHandler:
         if req is None or req.abandoned:
             return
         req.abandoned = True
-        if req.digest is not None:
-            req.digest.cancel()
         if req.landing is not None and req.replica is not None:
             req.replica.end_landing(req.chunk, req.landing)
         if self._receiving == rid:
