@@ -270,3 +270,14 @@ def test_a_gone_sources_request_in_flight_stays_on_the_books_and_loses_to_a_twin
     (twin,) = sent(s.requests(0.0))
     assert twin.duplicate  # an endgame copy (scratch memory), not a second first copy
     assert s.verified(twin) == [Abandon(first), Settle(0, True)]
+
+
+def test_a_source_a_payload_began_from_lately_is_heard_from() -> None:
+    s = session(n=4, per_source=2)
+    s.planner.set_source("a", 1, None)
+    reqs = sent(s.requests(0.0))
+    assert not s.heard_from("a", 10.0)  # asked, nothing begun
+    s.receiving(reqs[0], 10.0)
+    assert s.heard_from("a", 10.0 + DEAD_DOUBT_S / 2)
+    assert not s.heard_from("a", 10.0 + DEAD_DOUBT_S)
+    assert not s.heard_from("b", 10.0)  # never a source

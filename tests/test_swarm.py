@@ -16,7 +16,7 @@ from tensorhub.core.gossip.membership import Status
 from tensorhub.core.messages import ChunkData
 from tensorhub.core.swarm import ChunkPlanner, PlannerConfig
 from tensorhub.core.swarm.presets import SWARM
-from tensorhub.core.swarm.session import FetchSession, Input
+from tensorhub.core.swarm.session import DEAD_DOUBT_S, FetchSession, Input, Send
 from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PeerHandler
@@ -25,6 +25,7 @@ from tensorhub.dataplane.swarm import (
     MOVED_ON_STALL,
     HeldOff,
     Holder,
+    _suspend,
     superseded_and_stalled,
     swarm_fetch,
 )
@@ -527,6 +528,24 @@ async def test_a_source_gossip_declares_dead_is_dropped_at_once() -> None:
     finally:
         _StallingHandler.release.set()
         await stall.close()
+
+
+def test_a_suspect_still_sending_to_us_is_not_suspended() -> None:
+    """Gossip suspects "a" (or declared it dead, a verdict the session doubts) while its
+    payloads arrive: the fetch goes on asking it, so payloads keep beginning, and the doubt
+    is settled by them; "b", suspect and silent, is asked for nothing new meanwhile.
+    Suspending "a" too, the relay's head once stopped asking the publisher, the verdict
+    was carried out, and the chain came apart (session 25: 3.0x one copy)."""
+    s = FetchSession(ChunkPlanner("me", 16, random.Random(0), PlannerConfig(per_source=2)))
+    for name in ("a", "b", "c"):
+        s.planner.set_source(name, 1, None)
+    asked = [a.request for a in s.requests(0.0) if isinstance(a, Send)]
+    s.receiving(next(r for r in asked if r.source == "a"), 10.0)
+    _suspend(s, {"a", "b"}, 10.0 + DEAD_DOUBT_S / 2)
+    assert s.planner.sources["b"].blocked_until > s.planner.now
+    assert s.planner.sources["a"].blocked_until <= s.planner.now
+    _suspend(s, {"a", "b"}, 10.0 + DEAD_DOUBT_S)  # nothing began since: suspended now
+    assert s.planner.sources["a"].blocked_until > s.planner.now
 
 
 async def test_super_seeding_origin_sends_each_chunk_about_once() -> None:

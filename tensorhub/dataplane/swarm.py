@@ -280,14 +280,15 @@ def _apply(session: FetchSession, driver: _Driver, news: SourceNews) -> None:
                 driver.suspects.add(name)
             elif status is not None:
                 driver.suspects.discard(name)
-        _suspend(session, driver.suspects)
+        _suspend(session, driver.suspects, time.monotonic())
 
 
-def _suspend(session: FetchSession, suspects: set[str]) -> None:
+def _suspend(session: FetchSession, suspects: set[str], now: float) -> None:
     """Ask suspects for nothing new for a while, unless every source is suspect (under
-    load, suspicion of a live node is common: the fetch would only stall)."""
+    load, suspicion of a live node is common: the fetch would only stall), or one is
+    sending to us now (:meth:`FetchSession.heard_from`)."""
     sources = session.planner.sources
-    live = [n for n in suspects if n in sources]
+    live = [n for n in suspects if n in sources and not session.heard_from(n, now)]
     if len(live) < len(sources):
         for name in live:
             session.suspend(name, SUSPECT_TICKS)
@@ -318,7 +319,7 @@ async def _fetch_loop(
             session.stalled()
         ran[0] = now
         if session.advance(now, SUSPECT_TICKS):
-            _suspend(session, driver.suspects)  # still suspected: renew
+            _suspend(session, driver.suspects, time.monotonic())  # still suspected: renew
         while news:
             _apply(session, driver, news.pop(0))
 

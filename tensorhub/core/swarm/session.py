@@ -308,6 +308,16 @@ class FetchSession:
             return []
         return self._drop_dead(source)
 
+    def heard_from(self, source: str, now: float) -> bool:
+        """Whether a payload from ``source`` began within ``DEAD_DOUBT_S`` of ``now``: it is
+        alive, whatever the failure detector says (see :meth:`source_dead`). Its driver
+        does not suspend such a suspect: a doubted verdict is settled by the payloads that
+        begin after it, and a suspended source is asked for none (session 25: the chain's
+        head stopped asking the publisher while gossip suspected it, the verdict was
+        carried out, and the chain came apart: 3.0x one copy)."""
+        heard = self._heard.get(source)
+        return heard is not None and now - heard < DEAD_DOUBT_S
+
     def _drop_dead(self, source: str) -> list[Action]:
         self._doubted.pop(source, None)
         self.trouble["holder dead"] += 1
