@@ -47,7 +47,7 @@ very planner that moves real bytes. Rules, in order:
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -102,6 +102,18 @@ new upstream shares that upstream's uplink with what its old downstream still ha
 flight there, and falls behind by as much. A link knows its upstream's chunks at once
 (it tells it of each), so the judgement is its own. Also how far behind us a link is no
 upstream of ours (see ``_upstream``)."""
+LAG_FALL = 4
+"""Chunks by which a relay link must fall further behind its upstream within the upstream's
+last ``LAG_WINDOW`` chunks before a look at whether it keeps falling behind begins (at
+most ``PlannerConfig.lag_chunks``). Until session 25 the fall
+was ``LAG_CHUNKS`` from the least lag since the link began relaying, for the whole fetch:
+a link on a half-rate NIC was judged only 21 of its upstream's chunks in (the links after
+it ran at half rate that long: 1.24x one copy simulated, 1.30x measured at N=4, 256 MiB),
+and a healthy link on a busy host, whose upstream's uplink idles a few milliseconds now
+and then, added those up over a long fetch (a 1 GiB round judged r2 lagging at 80 % of
+the model). A half-rate link falls 8 chunks in 16; a healthy one seldom 4 in 16."""
+LAG_WINDOW = 16
+"""Upstream chunks over which that fall is measured (``ChunkPlanner._least_lag``)."""
 LAG_WATCH = 3
 """``RELAY_START_WAIT`` periods a link that fell ``LAG_CHUNKS`` behind is watched before a
 gap that stopped growing counts as a stall rather than a slow link. With one period, a
@@ -350,7 +362,7 @@ class ChunkPlanner:
         self._relay_hops = 0  # relay: links before us in the chain, at the last look
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
         self._relay_since = 0  # the tick we began to relay from our upstream
-        self._lag_least: int | None = None  # our least lag behind it since then (+ a while)
+        self._lag_window: deque[tuple[int, int]] = deque()  # (its chunks, our lag) lately
         self._relay_skipped = False  # our upstream is not the link just before us
         self._lag_seen: tuple[int, int, int] | None = None  # (tick, lag, its chunks) then
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
@@ -1122,8 +1134,9 @@ class ChunkPlanner:
         return name in self._lagging, name
 
     def _note_lag(self) -> None:
-        """Mark us lagging once we fell ``LAG_CHUNKS`` further behind our upstream than we
-        were while we relayed from it, and kept falling behind in the ``RELAY_START_WAIT``
+        """Mark us lagging once we fell ``LAG_FALL`` further behind our upstream than we
+        were while it gained its last ``LAG_WINDOW`` chunks (as we relayed from it), and
+        kept falling behind in the ``RELAY_START_WAIT``
         ticks after, or within ``LAG_WATCH`` such waits (a stall on a busy host leaves a
         link as far behind as it fell, for good: the link and its upstream both go on at
         line rate; bench/linerate.py, 1 GiB:
@@ -1156,14 +1169,16 @@ class ChunkPlanner:
         if up is None or src is None or src.origin or up in self._lagging or self.lagging:
             return
         if self._relay_skipped:  # (judged afresh, after a while, once it is not)
-            self._relay_since, self._lag_least, self._lag_seen = self.now, None, None
+            self._relay_since, self._lag_seen = self.now, None
+            self._lag_window.clear()
             return
         lag = self._lag
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
         up_count = self.num_chunks if up in self._full else src.top + 1
         gap = up_count - ours
         if gap < 0:  # it is behind us (for now): nothing to judge
-            self._lag_least = self._lag_seen = None
+            self._lag_seen = None
+            self._lag_window.clear()
             return
         if ours == 0 and gap >= lag and self._went_on_without_us(lag):
             self._effects += 1  # we joined late, and the chain went on: to its tail
@@ -1171,15 +1186,15 @@ class ChunkPlanner:
             return
         if self.now < self._relay_since + RELAY_START_WAIT:
             return
-        least = gap if self._lag_least is None else min(self._lag_least, gap)
-        self._lag_least = least
-        if gap - least < lag:
+        least = self._least_lag(up_count, gap)
+        if gap - least < min(LAG_FALL, lag):
             self._lag_seen = None
             return
-        if ours < lag:  # the chain is still forming (first copies redirected, links not
-            # yet told of each other): a gap now says nothing of our NIC. (Judged then,
+        if ours < lag // 2:  # the chain is still forming (first copies redirected, links
+            # not yet told of each other): a gap now says nothing of our NIC. (Judged then,
             # five links of one healthy round took themselves for laggards 0-3 chunks in
-            # and shared the tail's uplink: 4.4x one copy; bench/linerate.py, session 21.)
+            # and shared the tail's uplink: 4.4x one copy; bench/linerate.py, session 21.
+            # Until session 25 the bound was lag, and a half-rate link waited for it.)
             return
         if self._lag_seen is None:  # that far behind: are we still falling behind?
             self._lag_seen = (self.now, gap, up_count)
@@ -1199,11 +1214,27 @@ class ChunkPlanner:
         # the link that is slow), so one look may find the gap flat for a moment.
         need = lag // 4 if looks < 2 else lag // 2
         if grew < need:
-            if looks >= LAG_WATCH:  # a stall (a busy host), not a slow
-                self._lag_least, self._lag_seen = gap, None  # link: it stays as far
-            return  # behind as it fell; go on
+            if looks >= LAG_WATCH:  # a stall (a busy host), not a slow link: it stays
+                self._lag_seen = None  # as far behind as it fell; go on
+                self._lag_window.clear()
+                self._lag_window.append((up_count, gap))
+            return
         self._effects += 1
         self._lagging.add(self.me)
+
+    def _least_lag(self, up_count: int, gap: int) -> int:
+        """Our least lag behind our upstream while it gained its last ``LAG_WINDOW``
+        chunks (``gap`` now, at its ``up_count``), counting from our last look before
+        them."""
+        window = self._lag_window
+        if window and window[-1][0] == up_count:
+            window.pop()  # (one look per count of its chunks, the latest: at most
+            # LAG_WINDOW + 1 looks, however many calls; our lag only shrinks meanwhile)
+        window.append((up_count, gap))
+        while len(window) > 1 and window[1][0] <= up_count - LAG_WINDOW:
+            window.popleft()  # (the newest look from before the window stays: news of
+            # the upstream may come in bursts of more than LAG_WINDOW chunks)
+        return min(g for _, g in window)
 
     def stalled(self) -> None:
         """We did not run for a while (the driver's loop was starved of CPU): a look at
@@ -1297,8 +1328,9 @@ class ChunkPlanner:
             self._relay_up, self._relay_frontier, self._relay_moved = up, -1, self.now
             # (the first upstream we have nothing from: no news of it to wait for)
             begun = self._missing < self.num_chunks
-            self._relay_since, self._lag_least = self.now if begun else -_NONE, None
+            self._relay_since = self.now if begun else -_NONE
             self._lag_seen = None
+            self._lag_window.clear()
             self._relay_misses.clear()
             self._relay_holes.clear()
             self._relay_redirected.clear()
