@@ -102,10 +102,15 @@ new upstream shares that upstream's uplink with what its old downstream still ha
 flight there, and falls behind by as much. A link knows its upstream's chunks at once
 (it tells it of each), so the judgement is its own. Also how far behind us a link is no
 upstream of ours (see ``_upstream``)."""
-LAG_FALL = 4
+LAG_FALL = 5
 """Chunks by which a relay link must fall further behind its upstream within the upstream's
 last ``LAG_WINDOW`` chunks before a look at whether it keeps falling behind begins (at
-most ``PlannerConfig.lag_chunks``). Until session 25 the fall
+most ``PlannerConfig.lag_chunks``). More than the node's ``per_source`` (4): a link that
+just moved to a new upstream shares its uplink with what its old downstream still has in
+flight there, and falls behind by as much (with 4, N=4's slow case measured 1.23x, and
+one healthy N=8, 1 GiB round on a loaded host judged five links lagging, cause not
+traced; with 5 the slow case simulates 1.25x from that round's starts, 1.30x under the
+rule before). Until session 25 the fall
 was ``LAG_CHUNKS`` from the least lag since the link began relaying, for the whole fetch:
 a link on a half-rate NIC was judged only 21 of its upstream's chunks in (the links after
 it ran at half rate that long: 1.24x one copy simulated, 1.30x measured at N=4, 256 MiB),
