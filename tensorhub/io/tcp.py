@@ -65,8 +65,9 @@ operator's choice, as NCCL's socket settings are: on bench/linerate.py's fabric 
 behind a 1 Gbit/s ``tbf``), a relay link's acknowledgements wait behind its own upstream
 data in its NIC's queue, and under BBR (this host's default) the first link of the chain
 moved 0.91 of line rate where a lone copy moves 0.99; under cubic it finished within
-1.02-1.03x of one copy (docs/results.md, session 25). A name the kernel refuses is logged
-once and the host's default stays."""
+1.02-1.06x of one copy, under BBR 1.07-1.10x (docs/results.md, session 25). A name the
+kernel refuses (or a system without ``TCP_CONGESTION``) is logged once and the host's
+default stays."""
 _congestion_refused: set[str] = set()
 
 
@@ -76,7 +77,10 @@ def use_congestion_control(sock: socket.socket) -> None:
     if not name:
         return
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+        option = getattr(socket, "TCP_CONGESTION", None)  # (Linux only)
+        if option is None:
+            raise OSError("TCP_CONGESTION is not supported on this system")
+        sock.setsockopt(socket.IPPROTO_TCP, option, name.encode())
     except OSError as e:
         if name not in _congestion_refused:
             _congestion_refused.add(name)

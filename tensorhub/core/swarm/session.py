@@ -312,9 +312,10 @@ class FetchSession:
         """Whether a payload from ``source`` began within ``DEAD_DOUBT_S`` of ``now``: it is
         alive, whatever the failure detector says (see :meth:`source_dead`). Its driver
         does not suspend such a suspect: a doubted verdict is settled by the payloads that
-        begin after it, and a suspended source is asked for none (session 25: the chain's
-        head stopped asking the publisher while gossip suspected it, the verdict was
-        carried out, and the chain came apart: 3.0x one copy)."""
+        begin after it, and a suspended source is asked for none, so the verdict was
+        carried out on a source that was sending all along (likely what broke one round of
+        bench/linerate.py in session 25: the chain's head counted a doubted and a carried-
+        out verdict, took its chunks from the swarm, and the round took 3.0x one copy)."""
         heard = self._heard.get(source)
         return heard is not None and now - heard < DEAD_DOUBT_S
 
