@@ -20,7 +20,10 @@ after the table, how much of line rate the publisher's and
 the receivers' NICs carried in each tenth of the transfer (where the time went). Needs root
 (namespaces); says why and exits 2 where it cannot build them.
 
-``--presets node,simulated`` runs tensorhub once per data-plane preset in the same run.
+``--presets node,simulated`` runs tensorhub once per data-plane preset in the same run;
+``--cc cubic`` runs every system's connections under one TCP congestion control (the
+host's otherwise). The JSON records when each receiver began and finished (``starts``,
+``ends``).
 
     python bench/linerate.py --receivers 4 --size 256MiB --rate 1000 --json out/linerate.json
 """
