@@ -600,6 +600,7 @@ def main() -> None:
         raise SystemExit(2)
     if args.cc:  # (read by this process's raw sockets and inherited by every Hub process)
         os.environ[CONGESTION_ENV] = args.cc
+    cc = args.cc or _host_congestion_control()
     size, n = parse_size(args.size), args.receivers
     systems = args.systems.split(",")
     # mid-chain: half the receivers are downstream of it (none when the publisher stops)
@@ -627,8 +628,7 @@ def main() -> None:
     }[args.case]
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
-        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP "
-        f"{args.cc or _host_congestion_control()}",
+        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP {cc}",
         [
             "system",
             "last receiver (s)",
@@ -691,7 +691,7 @@ def main() -> None:
             "victim": victim if args.case != "healthy" else None,
             "rounds": args.rounds,
             "machine": machine(),
-            "congestion_control": args.cc or _host_congestion_control(),
+            "congestion_control": cc,
             # Which preset each tensorhub row ran (a name's settings change: "node" was
             # the swarm until session 23, the relay since; bench/prediction_check.py).
             "presets": {_label(name): name for name in args.presets.split(",")},

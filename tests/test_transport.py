@@ -278,6 +278,24 @@ async def test_a_congestion_control_the_kernel_refuses_is_logged_once_and_change
     assert "no-such-algorithm refused" in refused[0].getMessage()
 
 
+async def test_a_system_without_congestion_control_options_logs_it_once_and_connects(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TCP_CONGESTION is Linux's: elsewhere the named algorithm is reported as not
+    supported, once, and connections work on the host's default."""
+    monkeypatch.setenv(tcp.CONGESTION_ENV, "reno")
+    monkeypatch.delattr(socket, "TCP_CONGESTION")
+    monkeypatch.setattr(tcp, "_congestion_refused", set())
+    async with nodes(2) as (a, b):
+        sd = big_model(1)
+        m = a.serve("m", 1, sd, chunk_size=65536)
+        into = empty_like_manifest(m)
+        await b.fetch(a.address, "m", 1, into)
+        assert all(same_bytes(t, into[k]) for k, t in sd.items())
+    refused = [r.getMessage() for r in caplog.records if tcp.CONGESTION_ENV in r.getMessage()]
+    assert len(refused) == 1 and "not supported" in refused[0], refused
+
+
 async def test_request_flood_is_a_protocol_violation() -> None:
     async with nodes(2) as (a, b):
         a.serve("m", 1, big_model(1), chunk_size=4096)

@@ -110,8 +110,8 @@ just moved to a new upstream shares its uplink with what its old downstream stil
 flight there, and falls behind by as much (with 4, N=4's slow case measured 1.23x, and
 one healthy N=8, 1 GiB round on a loaded host judged five links lagging, cause not
 traced; with 5 the slow case simulates 1.25x from that round's starts, 1.30x under the
-rule before). Until session 25 the fall
-was ``LAG_CHUNKS`` from the least lag since the link began relaying, for the whole fetch:
+rule before). Until session 25 the fall was ``LAG_CHUNKS`` from the least lag since the
+link began relaying, for the whole fetch:
 a link on a half-rate NIC was judged only 21 of its upstream's chunks in (the links after
 it ran at half rate that long: 1.24x one copy simulated, 1.30x measured at N=4, 256 MiB),
 and a healthy link on a busy host, whose upstream's uplink idles a few milliseconds now
@@ -1174,16 +1174,15 @@ class ChunkPlanner:
         if up is None or src is None or src.origin or up in self._lagging or self.lagging:
             return
         if self._relay_skipped:  # (judged afresh, after a while, once it is not)
-            self._relay_since, self._lag_seen = self.now, None
-            self._lag_window.clear()
+            self._relay_since = self.now
+            self._forget_lag()
             return
         lag = self._lag
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
         up_count = self.num_chunks if up in self._full else src.top + 1
         gap = up_count - ours
         if gap < 0:  # it is behind us (for now): nothing to judge
-            self._lag_seen = None
-            self._lag_window.clear()
+            self._forget_lag()
             return
         if ours == 0 and gap >= lag and self._went_on_without_us(lag):
             self._effects += 1  # we joined late, and the chain went on: to its tail
@@ -1220,12 +1219,16 @@ class ChunkPlanner:
         need = lag // 4 if looks < 2 else lag // 2
         if grew < need:
             if looks >= LAG_WATCH:  # a stall (a busy host), not a slow link: it stays
-                self._lag_seen = None  # as far behind as it fell; go on
-                self._lag_window.clear()
+                self._forget_lag()  # as far behind as it fell; go on from here
                 self._lag_window.append((up_count, gap))
             return
         self._effects += 1
         self._lagging.add(self.me)
+
+    def _forget_lag(self) -> None:
+        """Judge our lag afresh: no look under way, no lag seen lately."""
+        self._lag_seen = None
+        self._lag_window.clear()
 
     def _least_lag(self, up_count: int, gap: int) -> int:
         """Our least lag behind our upstream while it gained its last ``LAG_WINDOW``
@@ -1334,8 +1337,7 @@ class ChunkPlanner:
             # (the first upstream we have nothing from: no news of it to wait for)
             begun = self._missing < self.num_chunks
             self._relay_since = self.now if begun else -_NONE
-            self._lag_seen = None
-            self._lag_window.clear()
+            self._forget_lag()
             self._relay_misses.clear()
             self._relay_holes.clear()
             self._relay_redirected.clear()
