@@ -364,12 +364,15 @@ def _tensorhub(
 
         sampler = _Sampler(fabric)
         start = _cpu_now()
+        settle = 0.0
 
         def prepared() -> None:
             # The CPU window and the NIC samples begin once every receiver has allocated
             # and touched its destination tensors (zeroing 8 models is not the transfer's
             # cost, and it was counted until session 8: ~0.3 s of the ~4 s per GB).
-            nonlocal start
+            nonlocal start, settle
+            # ... and every node's gossip holds every other alive (HubProcs.wait_members)
+            settle = c.wait_members([s.name for s in specs])
             sampler.start()
             start = _cpu_now()
 
@@ -399,6 +402,9 @@ def _tensorhub(
         # when each receiver finished, seconds after the first began (does the last trail
         # the first by the chain's depth, or is every link slow?)
         "ends": {n: round(ends[n][1] - t0, 6) for n in sorted(ends)},
+        # seconds from the destination tensors' allocation until every node's gossip
+        # held every other alive (the fetches began then)
+        "membership_wait_s": round(settle, 3),
         **cpu,
     }
     if victim is not None and victim in ends:  # (from its own start: late or not)
