@@ -122,8 +122,6 @@ class Fabric:
             _run("ip", "addr", "add", f"{self.ip(i)}/24", "dev", "eth0", ns=ns)
             _run("ip", "link", "set", "eth0", "mtu", str(self.mtu), "up", ns=ns)
             _run("ip", "link", "set", "lo", "up", ns=ns)
-            if os.environ.get("THB_SSAI") == "0":
-                _run("sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0", ns=ns)
             for dev, where in (("eth0", ns), (b, br)):  # up at the node, down at the bridge
                 _run(
                     "tc", "qdisc", "add", "dev", dev, "root", "tbf",
