@@ -61,10 +61,11 @@ from .core.registry import PublishShard, Release, Retain
 from .core.swarm.presets import NODE, DataPlaneConfig, preset
 from .core.swarm.serve import NO_CONTEXT, SeedContext, seed_context
 from .dataplane.fetch import FetchResult
-from .dataplane.node import Node
+from .dataplane.node import Node, prepare_serving
 from .dataplane.store import Replica
 from .dataplane.swarm import NoManifest, copy_held, fetch_manifest, swarm_fetch, swarm_fill
 from .dataplane.view import NO_NEWS, Holder, SourceNews
+from .io.device import current_streams, on_streams
 from .io.raft_storage import RaftStorage
 from .io.shaping import Link, WanShaper
 from .io.tensors import TensorBytes, empty_like_manifest
@@ -276,15 +277,24 @@ class Hub:
         its delta. Fetchers holding ``u`` then move the delta instead of the model."""
         dp = shard_key(model, shard)
         base = self._delta_base(dp, delta_from) if delta_from is not None else None
-        published, applied = apply_transforms(tensors, transforms)
-        manifest = self.node.serve(
+        streams = current_streams(tensors.values())
+
+        def prepare() -> tuple[TensorBytes, Manifest]:
+            with on_streams(streams):  # (device copies ordered after the caller's writes)
+                published, applied = apply_transforms(tensors, transforms)
+                return prepare_serving(published, chunk_size, transforms=applied)
+
+        # Transforms, the copy off a device and hashing every byte run in a thread: on the
+        # event loop they silenced this node's gossip for as long (seconds, for a large
+        # model), and peers took the publisher for dead while it published.
+        data, manifest = await asyncio.to_thread(prepare)
+        self.node.serve_prepared(
             dp,
             version,
-            published,
-            chunk_size=chunk_size,
+            data,
+            manifest,
             super_seed=self.super_seed_after,
             seed_spare=self.seed_spare,
-            transforms=applied,
         )
         data = self.node.store.get(dp, version).data
         if transforms and data.borrowed:  # only what is still the caller's memory is

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+import tensorhub.io.tensors as tensors_mod
 from tensorhub import UnknownVersion
 from tensorhub.core.errors import ChecksumMismatch
 from tensorhub.dataplane.view import SourceNews
@@ -372,3 +375,39 @@ async def test_a_version_committed_a_moment_ago_is_found_through_its_publisher(
         assert await r._publisher_hint("policy@0", 2) == []  # not committed: no hint
         into = empty_like_manifest(pub.manifest)
         assert (await r.fetch("policy", 1, into)).bytes == pub.manifest.total_bytes
+
+
+async def test_publish_and_keep_copy_do_their_heavy_work_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hashing a version, and allocating the copy unpublish keeps, run in threads: on the
+    event loop they silenced the node's gossip for as long (seconds for a large model, on
+    a busy host), and peers took a live publisher for dead (bench/linerate.py's harness
+    zeroing 1 GiB on its loop: docs/results.md, session 26)."""
+    threads: dict[str, int] = {}
+
+    def spy(name: str, fn: Any) -> Any:
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            threads[name] = threading.get_ident()
+            return fn(*a, **kw)
+
+        return wrapped
+
+    monkeypatch.setattr(
+        "tensorhub.dataplane.node.build_manifest", spy("hash", tensors_mod.build_manifest)
+    )
+    monkeypatch.setattr(
+        "tensorhub.dataplane.node.empty_like_manifest",
+        spy("allocate", tensors_mod.empty_like_manifest),
+    )
+    loop_thread = threading.get_ident()
+    async with cluster(tmp_path, rollouts=1, dcs=1) as (voters, rolls):
+        trainer = voters[0]
+        pub = await trainer.publish("policy", 1, weights(1), chunk_size=1 << 20)
+        assert "hash" in threads and threads["hash"] != loop_thread
+        # The last holder of the latest version keeps a copy: allocated off the loop too.
+        assert await trainer.unpublish("policy", 1, keep_copy=True)
+        assert "allocate" in threads and threads["allocate"] != loop_thread
+        into = empty_like_manifest(pub.manifest)
+        await rolls[0].fetch("policy", 1, into)
+        assert all(same_bytes(weights(1)[k], into[k]) for k in into)

@@ -65,6 +65,21 @@ def want_ucx(transport: str | None) -> bool:
     return ucx.available() and ucx.worthwhile()
 
 
+def prepare_serving(
+    tensors: Mapping[str, torch.Tensor],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    align: int = DEFAULT_ALIGN,
+    transforms: Sequence[Applied] = (),
+) -> tuple[TensorBytes, Manifest]:
+    """The work of serving ``tensors`` that touches no node state, so it may run in a
+    thread: their bytes (device tensors copied to pinned host memory) and the manifest,
+    every chunk hashed. On the event loop, a 1 GiB publish held it for a tenth of a second
+    on this 2-core host, and a model of 100 GB would hold it for many seconds: longer than
+    gossip waits before it takes a silent node for dead."""
+    data = TensorBytes.from_state_dict(tensors, chunk_size, align)
+    return data, build_manifest(data, transforms)
+
+
 class Node:
     """A tensorhub peer: serves what it holds, fetches from others.
 
@@ -284,9 +299,28 @@ class Node:
         ``super_seed``: serve as the origin, each chunk once before any twice (a chunk is
         sent again only after its requests were refused for this many seconds, or at once
         while our uplink has idle slots unless ``seed_spare`` is False: set that where the
-        NIC also carries training traffic)."""
-        data = TensorBytes.from_state_dict(tensors, chunk_size, align)
-        manifest = build_manifest(data, transforms)
+        NIC also carries training traffic).
+
+        This hashes every byte here, on the caller's thread; an event loop that must keep
+        answering (gossip, Raft, uploads) runs :func:`prepare_serving` in a thread and
+        hands its result to :meth:`serve_prepared`, as ``Hub.publish`` does."""
+        data, manifest = prepare_serving(tensors, chunk_size, align, transforms)
+        return self.serve_prepared(
+            key, version, data, manifest, super_seed=super_seed, seed_spare=seed_spare
+        )
+
+    def serve_prepared(
+        self,
+        key: ShardKey,
+        version: int,
+        data: TensorBytes,
+        manifest: Manifest,
+        *,
+        super_seed: float | None = None,
+        seed_spare: bool = True,
+    ) -> Manifest:
+        """Serve what :func:`prepare_serving` made (see :meth:`serve`): from this moment
+        peers may fetch it."""
         replica = Replica(key, version, manifest, data)
         if super_seed is not None:
             replica.seeder = SuperSeeder(manifest.num_chunks, super_seed, seed_spare)
@@ -302,17 +336,20 @@ class Node:
         the mutability contract is caught here instead of serving wrong bytes."""
         old = self.store.get(key, version)
         m = old.manifest
-        data = TensorBytes.for_destination(m, empty_like_manifest(m))
 
-        def copy() -> None:
+        def copy() -> TensorBytes:
+            # (allocated and zeroed here too: zeroing a model's worth of memory on the
+            # event loop stalled gossip for seconds, and peers took us for dead)
+            data = TensorBytes.for_destination(m, empty_like_manifest(m))
             for i in range(m.num_chunks):
                 if not copy_chunk(old.data, data, m, i):
                     raise ChecksumMismatch(
                         f"{display_name(key)} v{version} chunk {i} changed while published "
                         "(the buffer must not change until unpublish returns)"
                     )
+            return data
 
-        await asyncio.to_thread(copy)
+        data = await asyncio.to_thread(copy)
         data.finalize()
         data.borrowed = False  # ours: it stays until we let it go
         new = Replica(key, version, m, data, bytearray(old.have), seeder=old.seeder)

@@ -19,6 +19,7 @@ the same size (the next version), since pinning costs more than the copy it spee
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -131,6 +132,24 @@ class PinnedArena:
             for t, a, n in zip(like, starts, sizes, strict=False)
         )
         return arena, twins
+
+
+def current_streams(tensors: Iterable[torch.Tensor]) -> list[torch.cuda.Stream]:
+    """The calling thread's current CUDA stream on each device among ``tensors``. Current
+    streams are per thread: work handed to another thread (:func:`snapshot` in a worker)
+    must run on these (:func:`on_streams`), or its copies would not be ordered after the
+    caller's writes on a side stream."""
+    devices = {t.device for t in tensors if t.device.type == "cuda"}
+    return [torch.cuda.current_stream(d) for d in sorted(devices, key=str)]
+
+
+@contextlib.contextmanager
+def on_streams(streams: Sequence[torch.cuda.Stream]) -> Iterator[None]:
+    """Make ``streams`` (see :func:`current_streams`) this thread's current ones."""
+    with contextlib.ExitStack() as stack:
+        for s in streams:
+            stack.enter_context(torch.cuda.stream(s))
+        yield
 
 
 def snapshot(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], PinnedArena]:
