@@ -286,7 +286,7 @@ class Hub:
 
         # Transforms, the copy off a device and hashing every byte run in a thread: on the
         # event loop they silenced this node's gossip for as long (seconds, for a large
-        # model), and peers took the publisher for dead while it published.
+        # model), and peers could take the publisher for dead while it published.
         data, manifest = await asyncio.to_thread(prepare)
         self.node.serve_prepared(
             dp,

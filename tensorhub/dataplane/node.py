@@ -73,9 +73,9 @@ def prepare_serving(
 ) -> tuple[TensorBytes, Manifest]:
     """The work of serving ``tensors`` that touches no node state, so it may run in a
     thread: their bytes (device tensors copied to pinned host memory) and the manifest,
-    every chunk hashed. On the event loop, a 1 GiB publish held it for a tenth of a second
-    on this 2-core host, and a model of 100 GB would hold it for many seconds: longer than
-    gossip waits before it takes a silent node for dead."""
+    every chunk hashed. On the event loop, hashing 1 GiB held it for about a tenth of a
+    second on this 2-core host; a model of 100 GB would hold it for many seconds, longer
+    than gossip waits before it takes a silent node for dead."""
     data = TensorBytes.from_state_dict(tensors, chunk_size, align)
     return data, build_manifest(data, transforms)
 
@@ -339,7 +339,8 @@ class Node:
 
         def copy() -> TensorBytes:
             # (allocated and zeroed here too: zeroing a model's worth of memory on the
-            # event loop stalled gossip for seconds, and peers took us for dead)
+            # event loop silences gossip for seconds, longer than peers wait before they
+            # take a silent node for dead)
             data = TensorBytes.for_destination(m, empty_like_manifest(m))
             for i in range(m.num_chunks):
                 if not copy_chunk(old.data, data, m, i):

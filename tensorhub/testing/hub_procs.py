@@ -98,7 +98,8 @@ class _Worker:
             else:
                 m = await (await hub.node.peer(addr)).get_manifest(model, version)
             # Zeroed off the event loop: gossip goes on answering meanwhile (zeroing 1 GiB
-            # on a busy 2-core host took seconds, and peers declared the node dead).
+            # on a busy 2-core host takes seconds; receivers then began fetching on views
+            # that lacked members: docs/results.md, session 26).
             self.buffers[(model, version)] = await asyncio.to_thread(empty_like_manifest, m)
             return ("ok",)
         if cmd == "fetch":  # model, version, addr (None: through the Hub, the swarm)
@@ -298,9 +299,10 @@ class HubProcs:
         """Wait until every node of ``names`` holds every other one alive (not suspect, not
         dead, not unknown); the seconds it took. A bench measures fetches in a healthy
         cluster: fetches that began while a node's view still missed members built their
-        relay chains from that partial view (bench/linerate.py, N=8, 1 GiB: a node that
-        saw three of eight receivers took chunks from the origin beside the chain's head,
-        and the round took 1.46x one copy; docs/results.md, session 26)."""
+        relay chains from that partial view (bench/linerate.py, N=8, 1 GiB: a receiver
+        whose view held four of the eight, itself included, took chunks from the origin
+        beside the chain's head, and the round took 1.46x one copy; docs/results.md,
+        session 26)."""
         t0 = time.monotonic()
         order = sorted(names)
         while True:
