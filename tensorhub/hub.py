@@ -1013,7 +1013,7 @@ class Hub:
         version, else from the swarm, without serving it."""
         local = self._held_complete(replica)
         if local is not None:
-            return copy_held(local, replica)
+            return await copy_held(local, replica)
 
         # No endgame duplicates: each lands in chunk-sized scratch memory, and a partial
         # read promises memory bounded by its buffer.

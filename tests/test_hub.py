@@ -380,9 +380,10 @@ async def test_a_version_committed_a_moment_ago_is_found_through_its_publisher(
 async def test_publish_and_keep_copy_do_their_heavy_work_off_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Hashing a version, and allocating the copy unpublish keeps, run in threads: on the
+    """Hashing a version, copying a version held here into a fetch's tensors, and
+    allocating the copy unpublish keeps, run in threads: on the
     event loop they silenced the node's gossip for as long (seconds for a large model, on
-    a busy host), and peers took a live publisher for dead (bench/linerate.py's harness
+    a busy host), and peers could take a live node for dead (bench/linerate.py's harness
     zeroing 1 GiB on its loop: docs/results.md, session 26)."""
     threads: dict[str, int] = {}
 
@@ -400,6 +401,7 @@ async def test_publish_and_keep_copy_do_their_heavy_work_off_the_event_loop(
         "tensorhub.dataplane.node.empty_like_manifest",
         spy("allocate", tensors_mod.empty_like_manifest),
     )
+    monkeypatch.setattr("tensorhub.dataplane.swarm.copy_chunk", spy("copy", tensors_mod.copy_chunk))
     loop_thread = threading.get_ident()
     async with cluster(tmp_path, rollouts=1, dcs=1) as (voters, rolls):
         trainer = voters[0]
@@ -408,6 +410,10 @@ async def test_publish_and_keep_copy_do_their_heavy_work_off_the_event_loop(
         # The last holder of the latest version keeps a copy: allocated off the loop too.
         assert await trainer.unpublish("policy", 1, keep_copy=True)
         assert "allocate" in threads and threads["allocate"] != loop_thread
-        into = empty_like_manifest(pub.manifest)
-        await rolls[0].fetch("policy", 1, into)
-        assert all(same_bytes(weights(1)[k], into[k]) for k in into)
+        # A second fetch of a version a node holds copies it locally, checked: off the loop.
+        first, second = empty_like_manifest(pub.manifest), empty_like_manifest(pub.manifest)
+        await rolls[0].fetch("policy", 1, first)
+        assert "copy" not in threads
+        await rolls[0].fetch("policy", 1, second)
+        assert "copy" in threads and threads["copy"] != loop_thread
+        assert all(same_bytes(weights(1)[k], second[k]) for k in second)

@@ -140,7 +140,7 @@ async def swarm_fetch(
     t0 = time.perf_counter()
     local = _held(node, key, version)
     if local is not None:
-        return _copy_local(local, key, version, into, expected_root, t0)
+        return await _copy_local(local, key, version, into, expected_root, t0)
     manifest = await fetch_manifest(node, holders, key, version, expected_root)
     replica = Replica(key, version, manifest, TensorBytes.for_destination(manifest, into))
     return await swarm_fill(
@@ -420,7 +420,7 @@ def _held(node: Node, key: ShardKey, version: int) -> Replica | None:
         return None
 
 
-def _copy_local(
+async def _copy_local(
     replica: Replica,
     key: ShardKey,
     version: int,
@@ -440,21 +440,37 @@ def _copy_local(
             f"a fetch of {display_name(key)} v{version} is already in progress here"
         )
     dest = Replica(key, version, m, TensorBytes.for_destination(m, into))
-    return copy_held(replica, dest, started=t0)
+    return await copy_held(replica, dest, started=t0)
 
 
-def copy_held(local: Replica, replica: Replica, started: float | None = None) -> FetchResult:
+async def copy_held(local: Replica, replica: Replica, started: float | None = None) -> FetchResult:
     """Fill ``replica``'s missing chunks from ``local``, a complete replica of the same
-    version held here, each copy checked against the manifest (no network)."""
+    version held here, each copy checked against the manifest (no network).
+
+    The copies and their checks run in a thread: a model's worth of memory copied and
+    hashed holds an event loop for seconds, longer than gossip waits before it takes a
+    silent node for dead. ``local`` counts as read meanwhile, so an unpublish of it waits
+    for the copy (``Replica.drained``) before the caller may change its memory."""
     t0 = time.perf_counter() if started is None else started
     m = replica.manifest
     todo = [c for c, had in enumerate(replica.have) if not had]
+
+    def copy() -> int | None:
+        for c in todo:
+            if not copy_chunk(local.data, replica.data, m, c):
+                return c
+        return None
+
+    local.begin_read()
+    try:
+        bad = await asyncio.to_thread(copy)
+    finally:
+        local.end_read()
+    if bad is not None:
+        raise ChecksumMismatch(
+            f"chunk {bad} of {display_name(replica.key)} v{replica.version} changed in memory here"
+        )
     for c in todo:
-        if not copy_chunk(local.data, replica.data, m, c):
-            raise ChecksumMismatch(
-                f"chunk {c} of {display_name(replica.key)} v{replica.version} changed in "
-                "memory here"
-            )
         replica.mark(c)
     replica.data.finalize()
     n = sum(m.layout.chunk_len(c) for c in todo)
