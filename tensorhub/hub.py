@@ -871,6 +871,13 @@ class Hub:
                     "(the manifest never arrived)"
                 ) from None
 
+        if replica is None:
+            with contextlib.suppress(UnknownVersion):
+                if self.node.store.get(dp, version).complete:
+                    # Held here, whole (a publisher reading its own version into other
+                    # tensors): a checked local copy. Gossip lists only other holders, so
+                    # a sole holder found none and failed with NoHolder after the timeout.
+                    return await attempt([], timeout)
         try:
             return await self._from_holders(dp, version, timeout, attempt)
         except BaseException:

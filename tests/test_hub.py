@@ -407,6 +407,13 @@ async def test_publish_and_keep_copy_do_their_heavy_work_off_the_event_loop(
         trainer = voters[0]
         pub = await trainer.publish("policy", 1, weights(1), chunk_size=1 << 20)
         assert "hash" in threads and threads["hash"] != loop_thread
+        # The publisher, the version's only holder, reads it into other tensors: a local,
+        # checked copy (gossip lists only other holders: this failed with NoHolder).
+        own = empty_like_manifest(pub.manifest)
+        res = await trainer.fetch("policy", 1, own)
+        assert res.bytes == pub.manifest.total_bytes
+        assert all(same_bytes(weights(1)[k], own[k]) for k in own)
+        assert threads.pop("copy") != loop_thread
         # The last holder of the latest version keeps a copy: allocated off the loop too.
         assert await trainer.unpublish("policy", 1, keep_copy=True)
         assert "allocate" in threads and threads["allocate"] != loop_thread
