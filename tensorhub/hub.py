@@ -296,7 +296,6 @@ class Hub:
             super_seed=self.super_seed_after,
             seed_spare=self.seed_spare,
         )
-        data = self.node.store.get(dp, version).data
         if transforms and data.borrowed:  # only what is still the caller's memory is
             data.borrowed = data.shares_memory(tensors.values())
         borrowed = data.borrowed
@@ -871,13 +870,11 @@ class Hub:
                     "(the manifest never arrived)"
                 ) from None
 
-        if replica is None:
-            with contextlib.suppress(UnknownVersion):
-                if self.node.store.get(dp, version).complete:
-                    # Held here, whole (a publisher reading its own version into other
-                    # tensors): a checked local copy. Gossip lists only other holders, so
-                    # a sole holder found none and failed with NoHolder after the timeout.
-                    return await attempt([], timeout)
+        if replica is None and self._held_complete(dp, version, root) is not None:
+            # Held here, whole (a publisher reading its own version into other tensors):
+            # a checked local copy. Gossip lists only other holders, so a sole holder
+            # found none and failed with NoHolder after the timeout.
+            return await attempt([], timeout)
         try:
             return await self._from_holders(dp, version, timeout, attempt)
         except BaseException:
@@ -1018,7 +1015,7 @@ class Hub:
     async def _fill_partial(self, replica: Replica, timeout: float) -> FetchResult:
         """Fill a partial read's replica: from this node's own copy if it holds the
         version, else from the swarm, without serving it."""
-        local = self._held_complete(replica)
+        local = self._held_complete(replica.key, replica.version, replica.manifest.root)
         if local is not None:
             return await copy_held(local, replica)
 
@@ -1041,13 +1038,13 @@ class Hub:
 
         return await self._from_holders(replica.key, replica.version, timeout, attempt)
 
-    def _held_complete(self, replica: Replica) -> Replica | None:
+    def _held_complete(self, dp: str, version: int, root: bytes) -> Replica | None:
+        """This node's replica of (dp, version), if it is whole and has ``root``."""
         try:
-            local = self.node.store.get(replica.key, replica.version)
+            local = self.node.store.get(dp, version)
         except UnknownVersion:
             return None
-        same = local.complete and local.manifest.root == replica.manifest.root
-        return local if same else None
+        return local if local.complete and local.manifest.root == root else None
 
     async def _free(self, into: Mapping[str, torch.Tensor], dp: str, version: int) -> None:
         """The mutability contract on the reading side: before a fetch writes into memory
