@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -215,3 +215,128 @@ def test_a_link_that_begins_late_joins_the_tail_and_everyone_ends_whole(tmp_path
         want = tensor_digests(llm_like_state_dict(SIZE, seed=1))
         for n, (digests,) in zip(names, c.call(names, "digests", "policy", 1), strict=True):
             assert digests == want, n
+
+
+async def _ask(asker: Node, relay: Node, chunk: int) -> tuple[Replica, asyncio.Task[None], int]:
+    """The asker's request for ``chunk`` of the relay, sent (its id known) before we return."""
+    peer = await asker.peer(relay.address)
+    manifest = await peer.get_manifest("m", 1)
+    mine = Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+    )
+    rids: list[int] = []
+    task = asyncio.create_task(peer.get_chunk(mine, chunk, issued=lambda _h, rid: rids.append(rid)))
+    await _until(lambda: bool(rids) and peer.requests_open > 0, "the request to go out")
+    await asyncio.sleep(0.05)  # (sent: get_chunk writes it right after issuing it)
+    return mine, task, rids[0]
+
+
+async def _until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30  # (however loaded the machine: it gets there)
+    while not cond():
+        assert time.monotonic() < deadline, f"waited 30 s for {what}"
+        await asyncio.sleep(0.002)
+
+
+def _served_to(node: Node, name: str) -> int:
+    return sum(h.bytes_served for h in node.handlers if h.conn.peer == name)
+
+
+async def test_a_request_given_up_while_parked_is_ended_at_once_and_never_sent() -> None:
+    """A request parked at a link until its chunk lands there, then given up by its asker
+    (it follows another link now): the link answers "cancelled" at once, and once the
+    chunk lands it sends the asker nothing. Before Cancel, it sent the whole chunk, which
+    the asker read and dropped, taking its downlink from the link it followed instead."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK)
+        replica = await _landing_replica(relay, holder)
+        replica.incoming.add(0)
+        mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
+        peer = await asker.peer(relay.address)
+        assert peer.requests_open == 1
+        asked.cancel()  # get_chunk abandons its request as it is cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await asked
+        await _until(lambda: peer.requests_open == 0, 'the link\'s "cancelled"')
+
+        up = await relay.peer(holder.address)
+        await up.get_chunk(replica, 0)  # the chunk lands at the link: nothing goes out
+        await asyncio.sleep(0.2)
+        assert _served_to(relay, "asker") == 0 and not mine.have[0]
+        await asyncio.wait_for(peer.get_chunk(mine, 0), 10)  # the connection is in step
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(0))
+        assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
+
+
+async def test_a_stream_given_up_mid_chunk_stops_at_the_next_piece() -> None:
+    """A chunk the link passes on while it lands, given up by the asker halfway: the link
+    sends no piece after the Cancel reaches it, ends the request with "cancelled", and
+    the asker's connection stays in step (the next request gets exact bytes)."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK)
+        replica = await _landing_replica(relay, holder)
+        replica.incoming.add(0)
+        landing = replica.begin_landing(0)  # the link's own request: landing, by hand
+        mine, asked, rid = await _ask(asker, relay, 0)
+        peer = await asker.peer(relay.address)
+        landing.advance(6 * PIECE)  # five pieces may go out (the last one waits)
+        await _until(lambda: relay.handlers and _stream_sent(relay) >= 5 * PIECE, "pieces")
+        peer.abandon(rid)
+        await _until(lambda: peer.requests_open == 0, 'the link\'s "cancelled"')
+        sent = _stream_sent(relay)
+        landing.advance(CHUNK)  # the rest lands: none of it goes to the asker
+        replica.end_landing(0, landing)
+        await asyncio.sleep(0.2)
+        assert _stream_sent(relay) == sent < CHUNK
+        assert _served_to(relay, "asker") == 0 and not mine.have[0]
+        with pytest.raises(asyncio.CancelledError):
+            await asked
+        up = await relay.peer(holder.address)
+        await up.get_chunk(replica, 0)
+        await asyncio.wait_for(peer.get_chunk(mine, 0), 10)
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(0))
+        assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
+
+
+def _stream_sent(relay: Node) -> int:
+    """Bytes the link has written to the asker's connection."""
+    return sum(h.conn.bytes_sent for h in relay.handlers if h.conn.peer == "asker")
+
+
+async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> None:
+    """A holder with one upload slot, its slot held by a reply the asker is slow to read:
+    the asker's next two requests queue behind it. Given up, neither is sent: each ends
+    with "cancelled" once the slot frees (the one the writer waits on) or at once (the one
+    behind it), and the first still arrives whole."""
+    sd = weights()
+    holder = await Node.start("holder", secret=SECRET, dataplane=preset("node:upload_slots=1"))
+    asker = await Node.start("asker", secret=SECRET, dataplane=NODE)
+    routed(holder, asker)
+    try:
+        holder.serve("m", 1, sd, chunk_size=CHUNK)  # (more than the socket buffers hold)
+        peer = await asker.peer(holder.address)
+        manifest = await peer.get_manifest("m", 1)
+        mine = Replica(
+            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+        )
+        peer.conn.pause_reading()  # the first reply backs up: its slot stays held
+        rids: list[int] = []
+        tasks = [
+            asyncio.create_task(peer.get_chunk(mine, c, issued=lambda _h, rid: rids.append(rid)))
+            for c in range(3)
+        ]
+        await _until(lambda: len(rids) == 3, "three requests")
+        await asyncio.sleep(0.2)  # they reach the holder, which queues two of them
+        for t in tasks[1:]:
+            t.cancel()
+        await asyncio.sleep(0.2)  # the Cancels reach the holder
+        peer.conn.resume_reading()
+        await asyncio.wait_for(tasks[0], 10)
+        await _until(lambda: peer.requests_open == 0, 'two "cancelled"')
+        assert mine.have[0] and not mine.have[1] and not mine.have[2]
+        assert _served_to(holder, "asker") == manifest.layout.chunk_len(0)
+    finally:
+        for n in (holder, asker):
+            await n.close()

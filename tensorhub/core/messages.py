@@ -156,6 +156,19 @@ class Redirect(Message, frozen=True, tag="redirect"):
 
 
 @register
+class Cancel(Message, frozen=True, tag="cancel"):
+    """Asker → source: we gave request ``req`` up (an endgame copy that lost, a relay link
+    we stopped following), so do not send its chunk. The source answers it at once with
+    Error "cancelled" where the chunk has not begun to go out (queued, or parked until it
+    lands there), ends a chunk it streams while it lands at the next piece, and ignores it
+    for a reply already sent: each request still gets exactly one ending frame. Without
+    it a given-up request's bytes still crossed the link (and a WAN) and the asker read
+    and dropped them, taking bandwidth from the copy that replaced it."""
+
+    req: int
+
+
+@register
 class Have(Message, frozen=True, tag="have"):
     """A fetcher → the peers in the same version's swarm: it holds ``chunks`` now, verified,
     and serves them at ``addr``. Gossip carries the same news, a round (200 ms) late, when

@@ -29,6 +29,7 @@ from ..core.errors import (
 )
 from ..core.manifest import Manifest
 from ..core.messages import (
+    Cancel,
     ChunkData,
     Error,
     GetChunk,
@@ -96,6 +97,7 @@ class _Request:
     arriving: Callable[[], None] | None = None  # told when its payload begins to arrive
     primary: bool = False  # into the replica's own memory (not an endgame copy's scratch)
     received: int = 0  # bytes of the chunk received so far (a reply may come in pieces)
+    sent: bool = False  # the request went out (a reply will come)
     landing: Landing | None = None  # into the replica's own memory: others may stream it
 
 
@@ -146,8 +148,17 @@ class PeerHandler:
         self.chunks_cut_through = 0  # of chunks_served: sent while they landed here
         self._receiving: int | None = None  # the request whose chunk payload is arriving
         self._haves: dict[tuple[str, int, str], list[int]] = {}  # to tell, not yet sent
+        self._cancels: list[int] = []  # requests of ours we gave up, to tell the source
+        self._parked: set[int] = set()  # the peer's requests parked here until chunks land
+        self._cancelled: set[int] = set()  # of the peer's parked or queued: given up
         self.asked_for: set[tuple[str, int]] = set()
         """(key, version) the peer asked us for: it is in that version's swarm."""
+
+    @property
+    def requests_open(self) -> int:
+        """Our requests on this connection whose reply has not ended yet (given-up ones
+        included: each still gets its one ending frame)."""
+        return len(self._pending)
 
     # -- Handler interface ---------------------------------------------------------------
 
@@ -157,6 +168,9 @@ class PeerHandler:
         if isinstance(msg, GetChunk | GetManifest):
             self.asked_for.add((msg.key, msg.version))
             self._queue_reply(msg)
+            return None
+        if isinstance(msg, Cancel):
+            self._cancel(msg.req)
             return None
         handler = self._control.get(type(msg))
         if handler is not None:
@@ -307,14 +321,14 @@ class PeerHandler:
                 self._out.append(_Reply(Error("bad_chunk", f"no chunk {msg.chunk}", msg.req)))
             else:
                 self._answer_chunk(msg, replica)
-        if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        self._wake.set()
+        self._wake_writer()
 
     def _unpark(self, msg: GetChunk) -> None:
         """A parked request's chunk arrived (or will not): answer it now, as if it had
         just come in, unless its connection is gone."""
-        if self.conn.is_closing:
+        self._parked.discard(msg.req)
+        if self.conn.is_closing or msg.req in self._cancelled:
+            self._cancelled.discard(msg.req)  # (answered "cancelled" when it was given up)
             return
         try:
             self._queue_reply(msg)
@@ -357,6 +371,7 @@ class PeerHandler:
             asker_lagging=msg.lagging,
         )
         if d.verdict is Verdict.PARK:
+            self._parked.add(msg.req)
             replica.park(msg.chunk, lambda: self._unpark(msg), until_bytes=self.cut_through)
         elif d.verdict is Verdict.NO_CHUNK:
             self._out.append(_Reply(Error("no_chunk", f"chunk {msg.chunk} not held", msg.req)))
@@ -374,14 +389,39 @@ class PeerHandler:
                 _Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant, landing)
             )
 
+    def _cancel(self, rid: int) -> None:
+        """The peer gave its request ``rid`` up: one Error "cancelled" ends it, now if its
+        chunk is parked here or queued behind other replies, before the next piece if it
+        is going out now. One already sent, or unknown, is left alone (the peer reads
+        every reply to the end), so a stray Cancel costs a scan of the queue, nothing kept."""
+        if rid in self._parked:
+            self._parked.discard(rid)
+            self._cancelled.add(rid)  # the chunk's landing still calls _unpark: skip it then
+            self._out.append(_Reply(Error("cancelled", "request cancelled", rid)))
+            self._wake_writer()
+            return
+        for i, reply in enumerate(self._out):
+            if isinstance(reply.msg, ChunkData) and reply.msg.req == rid:
+                if i == 0 and self._writer is not None:  # the writer may be on it: it looks
+                    self._cancelled.add(rid)
+                    if reply.landing is not None:
+                        reply.landing.poke()  # a stream waiting for bytes looks now
+                else:
+                    self._drop(reply)
+                    self._out[i] = _Reply(Error("cancelled", "request cancelled", rid))
+                return
+
+    def _wake_writer(self) -> None:
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        self._wake.set()
+
     def tell_have(self, key: ShardKey, version: int, addr: str, chunk: int) -> None:
         """Tell the peer we hold ``chunk`` now (sent ahead of queued replies, coalesced)."""
         if self.conn.is_closing:
             return
         self._haves.setdefault((key, version, addr), []).append(chunk)
-        if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        self._wake.set()
+        self._wake_writer()
 
     async def _write_loop(self) -> None:
         conn = self.conn
@@ -389,6 +429,11 @@ class PeerHandler:
             while not conn.is_closing:
                 if self._haves:  # small and time-critical: before any queued reply
                     await self._send_haves()
+                    continue
+                if self._cancels:  # as small, and each saves a chunk's bytes on the link
+                    rids, self._cancels = self._cancels, []
+                    for rid in rids:
+                        await conn.send(Cancel(rid))
                     continue
                 if not self._out:
                     self._wake.clear()
@@ -406,6 +451,12 @@ class PeerHandler:
                     shaper = self._shaper()
                     if shaper is not None:  # WAN emulation: this node's share of the link
                         await shaper.upload(conn.peer or "?", n)
+                    if reply.msg.req in self._cancelled:  # given up while it waited
+                        self._cancelled.discard(reply.msg.req)
+                        self._drop(reply)
+                        await conn.send(Error("cancelled", "request cancelled", reply.msg.req))
+                        self._out.popleft()
+                        continue
                     if reply.landing is not None and not r.have[reply.chunk]:
                         served = await self._stream(reply, n)
                     else:
@@ -415,6 +466,7 @@ class PeerHandler:
                     self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
                     if self._flusher is None:
                         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+                    self._cancelled.discard(reply.msg.req)  # (given up too late: it went)
                     if served:
                         self.chunks_served += 1
                         self.bytes_served += n
@@ -445,6 +497,10 @@ class PeerHandler:
         parts = reply.replica.data.read_parts(c)
         sent = 0
         while True:
+            if msg.req in self._cancelled:  # the asker gave it up: the rest stays here
+                self._cancelled.discard(msg.req)
+                await conn.send(Error("cancelled", "request cancelled", msg.req))
+                return False
             if landing.failed:
                 await conn.send(Error("lost_chunk", f"chunk {c} did not verify here", msg.req))
                 return False
@@ -541,11 +597,14 @@ class PeerHandler:
             msg = GetChunk(
                 rid, replica.key, replica.version, chunk, replica.onward, replica.lagging
             )
-            await self.conn.send(msg)
+            await self.conn.send(msg)  # (written whole once it returns: none is half sent)
+            req.sent = True
             await req.fut
             verified = True
         except asyncio.CancelledError:
             self.abandon(rid)
+            if not req.sent:  # the source never heard of it: no reply will end it
+                self._pending.pop(rid, None)
             raise
         finally:
             if not verified and req.landing is not None:
@@ -567,6 +626,9 @@ class PeerHandler:
             self.conn.divert_payload()
         if not req.fut.done():
             req.fut.cancel()
+        if req.sent and not self.conn.is_closing:
+            self._cancels.append(rid)  # so the source sends no more of it than it has
+            self._wake_writer()
 
     async def aclose(self) -> None:
         for task in (self._writer, self._flusher):

@@ -53,6 +53,14 @@ class Landing:
         self._waiters.append((landed, fut))
         await fut
 
+    def poke(self) -> None:
+        """Wake every waiter now, to look again: one of them has news of its own (its
+        reply was cancelled); the others find nothing new and wait again."""
+        waiters, self._waiters = self._waiters, []
+        for _want, fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
     def _wake(self) -> None:
         if not self._waiters:
             return
