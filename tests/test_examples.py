@@ -47,6 +47,7 @@ def test_hf_trainer_and_rollout(mode: str) -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (make test)
 def test_ray_example() -> None:
     """Voters, a trainer and rollouts as Ray actors (engines/ray_actors.py), as
     examples/ray_rl.py runs them on a local Ray cluster."""

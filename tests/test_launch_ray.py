@@ -13,6 +13,7 @@ import pytest
 from tensorhub.launch.topology import default, load
 
 pytest.importorskip("ray", reason="the dev extra installs ray")
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (make test)
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "examples" / "topology.yaml"
 

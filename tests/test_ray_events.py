@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray", reason="the dev extra installs ray")
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (make test)
 
 from tensorhub.launch.ray_backend import RayEvents  # noqa: E402
 
