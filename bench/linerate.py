@@ -463,7 +463,9 @@ def _round(
     n = args.receivers
     results: dict[str, dict[str, Any]] = {}
     everyone = list(range(1, n + 1))
-    results["p2p"] = _raw(fabric, [1], chain=False, size=size)
+    # (one copy to a receiver at the fabric's rate: not a slow victim's NIC)
+    healthy_one = next(i for i in everyone if i not in slow)
+    results["p2p"] = _raw(fabric, [healthy_one], chain=False, size=size)
     one = results["p2p"]["seconds"]
     case = None
     if args.case != "healthy":
@@ -586,6 +588,12 @@ def main() -> None:
         "one receiver holds the model",
     )
     ap.add_argument(
+        "--victim",
+        type=int,
+        help="which receiver (1..N, in the chain's order) the case strikes; default: "
+        "mid-chain (N/2 + 1), so half the receivers are downstream of it",
+    )
+    ap.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -600,6 +608,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds wants a count >= 1")
+    if args.victim is not None and not 1 <= args.victim <= args.receivers:
+        ap.error(f"--victim wants a receiver, 1..{args.receivers}")
     why = unavailable()
     if why is not None:
         print(f"bench/linerate.py: cannot run: {why}", file=sys.stderr)
@@ -610,7 +620,7 @@ def main() -> None:
     size, n = parse_size(args.size), args.receivers
     systems = args.systems.split(",")
     # mid-chain: half the receivers are downstream of it (none when the publisher stops)
-    victim = 0 if args.case == "stops" else n // 2 + 1
+    victim = 0 if args.case == "stops" else args.victim or n // 2 + 1
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     rounds: list[dict[str, dict[str, Any]]] = []
     with Fabric(n + 1, args.rate, rates=slow) as fabric:
