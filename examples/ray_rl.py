@@ -16,7 +16,7 @@ from typing import Any
 import ray
 import torch
 
-from tensorhub.engines.ray_actors import hub_in_actor, start_voters
+from tensorhub.engines.ray_actors import hub_in_actor, start_voters, stop_voters
 from tensorhub.io.tensors import empty_like_manifest, tensor_digests
 
 SECRET = "ray-example-secret"
@@ -63,8 +63,9 @@ def main() -> None:
     # resource tensorhub-dc-<dc> puts its tensorhub nodes in <dc>).
     local = {"tensorhub-dc-dc1": 100} if args.address is None else None
     ray.init(address=args.address, include_dashboard=False, resources=local)
+    voters: list[object] = []
     try:
-        seeds, _voters = start_voters(secret=SECRET)
+        seeds, voters = start_voters(secret=SECRET)
         trainer = Trainer.remote(seeds)
         rollouts = [Rollout.remote(seeds, f"rollout{i}") for i in range(args.rollouts)]
         for v in range(1, args.steps + 1):
@@ -75,6 +76,8 @@ def main() -> None:
                 if got != want:
                     raise SystemExit(1)
     finally:
+        if voters and not stop_voters(voters):  # (killed, they would leave their logs)
+            print("a voter did not stop in time: its log stays in the temp dir", flush=True)
         ray.shutdown()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,13 @@ def test_ray_example() -> None:
     """Voters, a trainer and rollouts as Ray actors (engines/ray_actors.py), as
     examples/ray_rl.py runs them on a local Ray cluster."""
     pytest.importorskip("ray", reason="the dev extra installs ray")
+    tmp = Path(tempfile.gettempdir())
+    before = set(tmp.glob("tensorhub-voter-*"))
     proc = _example("ray_rl.py", "--rollouts", "2", "--steps", "2")
     print(proc.stdout, proc.stderr[-3000:])
     assert proc.returncode == 0
     assert proc.stdout.count(": ok,") == 4 and "WRONG" not in proc.stdout
     assert proc.stdout.count(" at dc1/node-") == 4  # the datacenter from the node's resource
+    # the voters stopped cleanly (stop_voters): each removed its Raft log (killed by
+    # ray.shutdown, three were left in the temp dir on every run)
+    assert set(tmp.glob("tensorhub-voter-*")) - before == set()
