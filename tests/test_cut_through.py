@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tensorhub.core.errors import ChecksumMismatch, RemoteError
+from tensorhub.core.manifest import Manifest
 from tensorhub.core.swarm.presets import NODE, preset
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PIECE, byte_range
@@ -49,13 +50,24 @@ def weights() -> dict[str, torch.Tensor]:
     return {"w": torch.randn(2 * CHUNK // 4, generator=g), "b": torch.randn(10, generator=g)}
 
 
+def _empty(manifest: Manifest) -> Replica:
+    """A replica of version 1 of "m" with nothing held, into fresh tensors."""
+    return Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+    )
+
+
+async def _until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30  # (however loaded the machine: it gets there)
+    while not cond():
+        assert time.monotonic() < deadline, f"waited 30 s for {what}"
+        await asyncio.sleep(0.002)
+
+
 async def _landing_replica(relay: Node, holder: Node) -> Replica:
     """The relay's replica of the holder's version, in its store, with nothing held yet."""
     peer = await relay.peer(holder.address)
-    manifest = await peer.get_manifest("m", 1)
-    replica = Replica(
-        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
-    )
+    replica = _empty(await peer.get_manifest("m", 1))
     relay.store.add(replica)
     return replica
 
@@ -66,15 +78,9 @@ async def _asked_before_it_lands(
     """The asker's request for ``chunk``, parked at the relay (whose ``landing`` replica
     asked for the chunk, and has none of its bytes yet) before we return."""
     peer = await asker.peer(relay.address)
-    manifest = await peer.get_manifest("m", 1)
-    mine = Replica(
-        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
-    )
+    mine = _empty(await peer.get_manifest("m", 1))
     task = asyncio.create_task(peer.get_chunk(mine, chunk))
-    deadline = time.monotonic() + 30  # (however loaded the machine: it gets there)
-    while not landing.parked(chunk):
-        assert time.monotonic() < deadline, "the request never reached the relay"
-        await asyncio.sleep(0.002)
+    await _until(lambda: bool(landing.parked(chunk)), "the request to reach the relay")
     assert not task.done()
     return mine, task
 
@@ -218,24 +224,14 @@ def test_a_link_that_begins_late_joins_the_tail_and_everyone_ends_whole(tmp_path
 
 
 async def _ask(asker: Node, relay: Node, chunk: int) -> tuple[Replica, asyncio.Task[None], int]:
-    """The asker's request for ``chunk`` of the relay, sent (its id known) before we return."""
+    """The asker's request for ``chunk`` of the relay, issued (its id known) before we
+    return."""
     peer = await asker.peer(relay.address)
-    manifest = await peer.get_manifest("m", 1)
-    mine = Replica(
-        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
-    )
+    mine = _empty(await peer.get_manifest("m", 1))
     rids: list[int] = []
     task = asyncio.create_task(peer.get_chunk(mine, chunk, issued=lambda _h, rid: rids.append(rid)))
-    await _until(lambda: bool(rids) and peer.requests_open > 0, "the request to go out")
-    await asyncio.sleep(0.05)  # (sent: get_chunk writes it right after issuing it)
+    await _until(lambda: bool(rids), "the request to be issued")
     return mine, task, rids[0]
-
-
-async def _until(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30  # (however loaded the machine: it gets there)
-    while not cond():
-        assert time.monotonic() < deadline, f"waited 30 s for {what}"
-        await asyncio.sleep(0.002)
 
 
 def _served_to(node: Node, name: str) -> int:
@@ -318,9 +314,7 @@ async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> N
         holder.serve("m", 1, sd, chunk_size=CHUNK)  # (more than the socket buffers hold)
         peer = await asker.peer(holder.address)
         manifest = await peer.get_manifest("m", 1)
-        mine = Replica(
-            "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
-        )
+        mine = _empty(manifest)
         peer.conn.pause_reading()  # the first reply backs up: its slot stays held
         rids: list[int] = []
         tasks = [

@@ -86,6 +86,11 @@ def byte_range(parts: Sequence[memoryview], start: int, stop: int) -> list[memor
     return out
 
 
+def _cancelled(rid: int) -> Error:
+    """The one frame that ends a request its asker gave up (Cancel) before its chunk went."""
+    return Error("cancelled", "request cancelled", rid)
+
+
 @dataclass
 class _Request:
     fut: asyncio.Future[object]
@@ -397,7 +402,7 @@ class PeerHandler:
         if rid in self._parked:
             self._parked.discard(rid)
             self._cancelled.add(rid)  # the chunk's landing still calls _unpark: skip it then
-            self._out.append(_Reply(Error("cancelled", "request cancelled", rid)))
+            self._out.append(_Reply(_cancelled(rid)))
             self._wake_writer()
             return
         for i, reply in enumerate(self._out):
@@ -408,7 +413,7 @@ class PeerHandler:
                         reply.landing.poke()  # a stream waiting for bytes looks now
                 else:
                     self._drop(reply)
-                    self._out[i] = _Reply(Error("cancelled", "request cancelled", rid))
+                    self._out[i] = _Reply(_cancelled(rid))
                 return
 
     def _wake_writer(self) -> None:
@@ -454,7 +459,7 @@ class PeerHandler:
                     if reply.msg.req in self._cancelled:  # given up while it waited
                         self._cancelled.discard(reply.msg.req)
                         self._drop(reply)
-                        await conn.send(Error("cancelled", "request cancelled", reply.msg.req))
+                        await conn.send(_cancelled(reply.msg.req))
                         self._out.popleft()
                         continue
                     if reply.landing is not None and not r.have[reply.chunk]:
@@ -499,7 +504,7 @@ class PeerHandler:
         while True:
             if msg.req in self._cancelled:  # the asker gave it up: the rest stays here
                 self._cancelled.discard(msg.req)
-                await conn.send(Error("cancelled", "request cancelled", msg.req))
+                await conn.send(_cancelled(msg.req))
                 return False
             if landing.failed:
                 await conn.send(Error("lost_chunk", f"chunk {c} did not verify here", msg.req))
