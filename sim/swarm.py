@@ -43,7 +43,15 @@ from tensorhub.core.swarm import (
 )
 from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
 from tensorhub.core.swarm.serve import Verdict, seed_context, serve_decision
-from tensorhub.core.swarm.session import Abandon, Action, FetchSession, Outcome, Send, Settle
+from tensorhub.core.swarm.session import (
+    Abandon,
+    Action,
+    Behind,
+    FetchSession,
+    Outcome,
+    Send,
+    Settle,
+)
 
 from .engine import Engine
 from .network import Network, Transfer
@@ -548,7 +556,8 @@ class Swarm:
             outcome = _OUTCOME[d.verdict]
             self.e.later(back, lambda: self._failed(f, r, outcome, d.holders))
             return
-        if src.seeder is not None:
+        asker = self.nodes[f].planner
+        if src.seeder is not None and (asker is None or asker.onward(r)):
             src.seeder.sent(c, f, self.e.now)
         self._tickets += 1
         ticket = self._tickets
@@ -676,6 +685,15 @@ class Swarm:
                     self._release(a.request.source, f)
             elif isinstance(a, Settle):
                 node.settle(a.chunk)  # who waited for it here: it is in, or not coming yet
+            elif isinstance(a, Behind):
+                self.e.later(self.c.latency(f, a.source), functools.partial(self._behind, a.source))
+
+    def _behind(self, s: str) -> None:
+        """``s`` hears that it is a slow chain head (the node's ``Behind`` message)."""
+        node = self.nodes[s]
+        live = node.session is not None and node.finished is None and not node.dead
+        if live and node.session is not None and node.session.told_behind():
+            self._pump(s)
 
     def _delivered(self, s: str, f: str, r: Request) -> None:
         self._release(s, f)

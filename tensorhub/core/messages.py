@@ -169,6 +169,19 @@ class Cancel(Message, frozen=True, tag="cancel"):
 
 
 @register
+class Behind(Message, frozen=True, tag="behind"):
+    """Relay link → its upstream, the chain's head: you are slower than the origin could
+    feed us (our head check, ``core/swarm/headcheck.py``), so relay from the chain's tail,
+    as a link that finds itself lagging does (ChunkPlanner.told_behind). A head cannot
+    tell on its own: its upstream, the origin, holds everything, so it never falls behind
+    it, and nothing in the protocol's view says a NIC's rate. A hint, like Have: a wrong
+    one moves a healthy head to the tail, which costs the chain about a chunk."""
+
+    key: ShardKey = msgspec.field(name="model")
+    version: int
+
+
+@register
 class Have(Message, frozen=True, tag="have"):
     """A fetcher → the peers in the same version's swarm: it holds ``chunks`` now, verified,
     and serves them at ``addr``. Gossip carries the same news, a round (200 ms) late, when

@@ -39,7 +39,7 @@ from .errors import AuthenticationError, ProtocolError
 from .messages import Message, Packed, registered
 
 MAGIC = b"TH"
-PROTO_VERSION = 6  # 6: Cancel
+PROTO_VERSION = 7  # 6: Cancel; 7: Behind
 FLAG_MAC = 0x01
 FLAG_DIGESTED = 0x02
 PREFIX = struct.Struct("!2sBBIQ")

@@ -11,13 +11,14 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 
 from ..core.errors import ChecksumMismatch, TransferError
 from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from ..core.manifest import Applied, Manifest
-from ..core.messages import Have, Message
+from ..core.messages import Behind, Have, Message
 from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
 from ..core.swarm.presets import NODE, DataPlaneConfig
@@ -111,9 +112,13 @@ class Node:
         self._control: dict[str, PeerHandler] = {}  # control-plane connections, by address
         self._dialing: dict[str, asyncio.Task[PeerHandler]] = {}
         self.handlers: set[PeerHandler] = set()
-        self.control: dict[type[Message], ControlHandler] = {Have: self._on_have}
+        self.control: dict[type[Message], ControlHandler] = {
+            Have: self._on_have,
+            Behind: self._on_behind,
+        }
         """Handlers for control-plane messages (Raft, registry requests), by type."""
         self._have_watchers: dict[tuple[str, int], Callable[[str, list[int]], None]] = {}
+        self._behind_watchers: dict[tuple[str, int], Callable[[str], None]] = {}
         # (late-bound: a test or tool may replace the view after start)
         self.upload_grants = UploadGrants(
             dataplane.upload_slots,
@@ -186,20 +191,36 @@ class Node:
     ) -> Callable[[], None]:
         """Call ``seen(addr, chunks)`` for each Have about (key, version) until the
         returned function is called (a fetch in progress listens)."""
-        watch = (key, version)
-        self._have_watchers[watch] = seen
-
-        def stop() -> None:
-            if self._have_watchers.get(watch) is seen:
-                del self._have_watchers[watch]
-
-        return stop
+        return _watch(self._have_watchers, (key, version), seen)
 
     def _on_have(self, _peer: PeerHandler, msg: Message) -> None:
         assert isinstance(msg, Have)
         seen = self._have_watchers.get((msg.key, msg.version))
         if seen is not None:
             seen(msg.addr, msg.chunks)
+
+    def watch_behind(
+        self, key: ShardKey, version: int, told: Callable[[str], None]
+    ) -> Callable[[], None]:
+        """Call ``told(peer)`` for each Behind about (key, version) until the returned
+        function is called (a fetch in progress listens: it may be a chain's head)."""
+        return _watch(self._behind_watchers, (key, version), told)
+
+    def _on_behind(self, peer: PeerHandler, msg: Message) -> None:
+        assert isinstance(msg, Behind)
+        told = self._behind_watchers.get((msg.key, msg.version))
+        if told is not None:
+            told(peer.conn.peer or "?")
+
+    def tell_behind(self, addr: str, key: ShardKey, version: int) -> bool:
+        """Tell the peer at ``addr`` it is a slow chain head (Behind), on the connection
+        we fetch from it over; whether there was one (never dials: one we relay from is
+        connected)."""
+        h = self._peers.get(addr)
+        if h is None or h.conn.is_closing:
+            return False
+        h.tell_behind(key, version)
+        return True
 
     def announce(self, key: ShardKey, version: int, chunk: int, to: Iterable[str]) -> None:
         """Tell the swarm of (key, version) we hold ``chunk`` now: the peers at the
@@ -401,3 +422,18 @@ class Node:
             await self._ucx_server.close()
         # Together: each may wait CLOSE_GRACE for a peer that reads nothing.
         await asyncio.gather(*(h.aclose() for h in list(self.handlers)))
+
+
+W = TypeVar("W")
+
+
+def _watch(table: dict[tuple[str, int], W], watch: tuple[str, int], cb: W) -> Callable[[], None]:
+    """Register ``cb`` in ``table`` under ``watch``; returns what unregisters it (only
+    if it is still the one registered: a later fetch of the same version may replace it)."""
+    table[watch] = cb
+
+    def stop() -> None:
+        if table.get(watch) is cb:
+            del table[watch]
+
+    return stop

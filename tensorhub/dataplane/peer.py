@@ -29,6 +29,7 @@ from ..core.errors import (
 )
 from ..core.manifest import Manifest
 from ..core.messages import (
+    Behind,
     Cancel,
     ChunkData,
     Error,
@@ -153,7 +154,7 @@ class PeerHandler:
         self.chunks_cut_through = 0  # of chunks_served: sent while they landed here
         self._receiving: int | None = None  # the request whose chunk payload is arriving
         self._haves: dict[tuple[str, int, str], list[int]] = {}  # to tell, not yet sent
-        self._cancels: list[int] = []  # requests of ours we gave up, to tell the source
+        self._notes: list[Message] = []  # small frames to send ahead of replies (Cancel, ...)
         self._parked: set[int] = set()  # the peer's requests parked here until chunks land
         self._cancelled: set[int] = set()  # of the peer's parked or queued: given up
         self.asked_for: set[tuple[str, int]] = set()
@@ -435,10 +436,10 @@ class PeerHandler:
                 if self._haves:  # small and time-critical: before any queued reply
                     await self._send_haves()
                     continue
-                if self._cancels:  # as small, and each saves a chunk's bytes on the link
-                    rids, self._cancels = self._cancels, []
-                    for rid in rids:
-                        await conn.send(Cancel(rid))
+                if self._notes:  # as small (a Cancel saves a chunk's bytes on the link)
+                    notes, self._notes = self._notes, []
+                    for note in notes:
+                        await conn.send(note)
                     continue
                 if not self._out:
                     self._wake.clear()
@@ -581,9 +582,12 @@ class PeerHandler:
         into: list[memoryview] | None = None,
         issued: Callable[[PeerHandler, int], None] | None = None,
         arriving: Callable[[], None] | None = None,
+        onward: bool = True,
     ) -> None:
         """Fetch chunk ``chunk`` and verify it: into ``replica``'s memory, then it is held;
         or into ``into`` (scratch memory: an endgame duplicate), and the caller decides.
+        ``onward`` False: the source may not count us among the chunk's recipients (a
+        head check's probe, ChunkPlanner.onward), whatever the replica serves.
 
         ``issued(self, rid)`` is called as soon as the request exists, so a caller can
         :meth:`abandon` it synchronously (a task cancellation lands too late for that);
@@ -600,7 +604,12 @@ class PeerHandler:
             if shaper is not None:  # WAN emulation: the request leaves one RTT late
                 await shaper.request(self.conn.peer or "?")
             msg = GetChunk(
-                rid, replica.key, replica.version, chunk, replica.onward, replica.lagging
+                rid,
+                replica.key,
+                replica.version,
+                chunk,
+                replica.onward and onward,
+                replica.lagging,
             )
             await self.conn.send(msg)  # (written whole once it returns: none is half sent)
             req.sent = True
@@ -631,8 +640,17 @@ class PeerHandler:
             self.conn.divert_payload()
         if not req.fut.done():
             req.fut.cancel()
-        if req.sent and not self.conn.is_closing:
-            self._cancels.append(rid)  # so the source sends no more of it than it has
+        if req.sent:
+            self._note(Cancel(rid))  # so the source sends no more of it than it has
+
+    def tell_behind(self, key: ShardKey, version: int) -> None:
+        """Tell the peer, our relay upstream, that it is a slow chain head (Behind)."""
+        self._note(Behind(key, version))
+
+    def _note(self, msg: Message) -> None:
+        """Send a small frame ahead of queued replies (none on a closing connection)."""
+        if not self.conn.is_closing:
+            self._notes.append(msg)
             self._wake_writer()
 
     async def aclose(self) -> None:

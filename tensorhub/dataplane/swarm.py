@@ -42,7 +42,7 @@ from ..core.manifest import Manifest
 from ..core.naming import ShardKey, display_name
 from ..core.swarm import ChunkPlanner, PlannerConfig, Request
 from ..core.swarm.presets import NODE
-from ..core.swarm.session import Abandon, Action, FetchSession, Input, Outcome, Send
+from ..core.swarm.session import Abandon, Action, Behind, FetchSession, Input, Outcome, Send
 from ..io.tensors import TensorBytes, copy_chunk
 from .fetch import FetchResult
 from .node import Node
@@ -207,6 +207,7 @@ async def swarm_fill(
             session.add_chunk(addr, c)
 
     unhave = node.watch_haves(key, version, seen)
+    unbehind = node.watch_behind(key, version, driver.told_behind)
     try:
         await _fetch_loop(
             driver,
@@ -228,6 +229,7 @@ async def swarm_fill(
     finally:
         unwatch()
         unhave()
+        unbehind()
     t2 = time.perf_counter()
     fetched = manifest.total_bytes - sum(manifest.layout.chunk_len(c) for c in have)
     if t2 - t0 > slow_after(fetched):
@@ -506,6 +508,8 @@ class _Driver:
                 self._start(a.request)
             elif isinstance(a, Abandon):
                 self._abandon(a.request)
+            elif isinstance(a, Behind):
+                self._tell_behind(a.source)
             else:
                 self.replica.incoming.discard(a.chunk)
                 if not a.held:
@@ -535,6 +539,32 @@ class _Driver:
                     planner.num_chunks,
                 )
 
+    def _tell_behind(self, source: str) -> None:
+        """Our head check found ``source``, the chain's head, slow: tell it so."""
+        key, version = self.replica.key, self.replica.version
+        told = self.node.tell_behind(source, key, version)
+        log.info(
+            "%s v%d: the relay chain's head %s is slower than the origin could feed this "
+            "node; %s, and this node relays from the origin",
+            display_name(key),
+            version,
+            source,
+            "told it to move to the chain's tail" if told else "not connected to tell it",
+        )
+
+    def told_behind(self, peer: str) -> None:
+        """The link after us says we are a slow chain head (its Behind): we move to the
+        chain's tail, if we relay from the origin (FetchSession.told_behind)."""
+        if self.session.told_behind():
+            log.warning(
+                "%s v%d: %s found this node slower than the origin could feed it (a slow "
+                "NIC or host?); it relays from the relay chain's tail now",
+                display_name(self.replica.key),
+                self.replica.version,
+                peer,
+            )
+            self.replica.lag()  # we relay from the tail now: park no one (Replica.lag)
+
     def _start(self, r: Request) -> None:
         into = None
         if r.duplicate:  # an endgame copy: into scratch, copied over only if it wins
@@ -547,7 +577,10 @@ class _Driver:
         def arriving() -> None:
             self.session.receiving(r, time.monotonic())
 
-        task = asyncio.ensure_future(_get(self.node, self.replica, r, into, issued, arriving))
+        onward = self.session.planner.onward(r)
+        task = asyncio.ensure_future(
+            _get(self.node, self.replica, r, into, issued, arriving, onward)
+        )
         self.running[task] = r
         self._tasks[r] = task
         self.replica.incoming.add(r.chunk)  # peers asking for it meanwhile wait for it here
@@ -629,6 +662,9 @@ async def _get(
     into: list[memoryview] | None,
     issued: Callable[[PeerHandler, int], None],
     arriving: Callable[[], None],
+    onward: bool = True,
 ) -> None:
     peer = await node.peer(r.source)
-    await peer.get_chunk(replica, r.chunk, into=into, issued=issued, arriving=arriving)
+    await peer.get_chunk(
+        replica, r.chunk, into=into, issued=issued, arriving=arriving, onward=onward
+    )

@@ -106,7 +106,16 @@ class Settle:
     held: bool
 
 
-Action = Send | Abandon | Settle
+@dataclass(frozen=True)
+class Behind:
+    """Tell ``source``, our upstream and the chain's head, that it is slower than the
+    origin could feed us (``headcheck``): it moves to the chain's tail, and we relay from
+    the origin (the node's ``Behind`` message)."""
+
+    source: str
+
+
+Action = Send | Abandon | Settle | Behind
 
 
 class Input(NamedTuple):
@@ -248,7 +257,14 @@ class FetchSession:
             self.issued_at[r] = now
             self._copies[r.chunk] += 1
             out.append(Send(r))
+        out += [Behind(name) for name in self.planner.behind()]
         return out
+
+    @_input
+    def told_behind(self) -> bool:
+        """The link after us found us slower than the origin could feed it (its
+        ``Behind``): see ChunkPlanner.told_behind. Whether we moved to the chain's tail."""
+        return self.planner.told_behind()
 
     @_input
     def receiving(self, r: Request, now: float) -> None:
