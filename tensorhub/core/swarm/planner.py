@@ -1322,14 +1322,17 @@ class ChunkPlanner:
 
     def _check_head(self, up: str, src: SourceInfo) -> list[Request]:
         """The head check's probe, if it is due: our upstream is the chain's head (the
-        only link before us), not done, we timed its pace, and enough is left for a
-        faster chain to matter; and no link of the chain is lagging yet. A chain that
-        changed shape is settling for a while (what the old links still have in flight
-        goes on at their pace), and its pace then says nothing of its head: checked then,
-        each new head was found slow in turn (simulated, the slow head's case: 2.2-2.4x
-        one copy, 5.7x at 1 GiB, against 1.15-1.27x checking the first head alone). Nor
-        while we are watched for a lag of our own (``_note_lag``): our intake is then the
-        suspect, not the head's.
+        only link before us that is not lagging), not done, we timed its pace, and enough
+        is left for a faster chain to matter; and it is the chain's first head (the first
+        link in name order). A head that took over from one moved to the tail is not
+        checked: the chain is settling for a while (what the old head still has in
+        flight goes on at its pace), and its pace then says nothing of the new head:
+        checked then, each new head was found slow in turn (simulated, the slow head's
+        case: 2.2-2.4x one copy, 5.7x at 1 GiB, against 1.15-1.27x checking the first
+        head alone). Nor while we are watched for a lag of our own (``_note_lag``): our
+        intake is then the suspect, not the head's. (Checked only while no link lagged,
+        the check never ran in two rounds of three of bench/linerate.py's slow head: a
+        link after it, sharing its uplink for a while, judged itself lagging first.)
 
         The chunk asked of the origin is the last one missing that no link holds and no
         one is asked for: far ahead of the head's stream, so that neither the head nor
@@ -1338,7 +1341,7 @@ class ChunkPlanner:
             self._head.moved()  # (it is not the head now: timed afresh once it is)
             return []
         if (
-            self._lagging  # (the chain is not as it formed: see below)
+            up != min(self._links())  # (not the chain's first head: see below)
             or self._lag_seen is not None  # (we may be the slow one: see below)
             or src.origin
             or up in self._full
@@ -1359,7 +1362,7 @@ class ChunkPlanner:
         if not origins:
             return []
         origin = min(origins)[1]
-        c = self.num_chunks - 1
+        c = self.num_chunks - 2  # (the last chunk may be short: it would come fast)
         while c > src.top and (
             self.have[c]
             or c in self._chunks
