@@ -127,7 +127,7 @@ def test_a_fast_probe_tells_the_head_and_the_link_relays_from_the_origin() -> No
     p.received(62, "o")
     assert p.behind() == ["a"] and p.behind() == []
     p.next_requests()
-    assert p._relay_up == "o"  # noqa: SLF001 (the head is a laggard to us now)
+    assert p._relay_up == "o"  # (the head is a laggard to us now)
 
 
 def test_a_slow_probe_tells_no_one() -> None:
