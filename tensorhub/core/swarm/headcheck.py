@@ -63,16 +63,23 @@ class HeadCheck:
         """A chunk from our upstream landed at tick ``now``."""
         self._arrivals.append(now)
 
-    def pace(self) -> float | None:
+    def checked(self, head: str) -> bool:
+        """Was ``head`` checked (or is it being checked) in this fetch?"""
+        return head in self._checked
+
+    def pace(self, falling: bool = False) -> float | None:
         """Ticks per chunk of the upstream's last ``HEAD_CHUNKS``, if timed well enough:
-        each at least ``HEAD_MIN_TICKS``, and steady (the two halves within
-        ``STEADY`` of each other). A link that just moved to this upstream shares its
-        uplink with what the old downstream still has in flight there: timed then, a
-        healthy head's pace looked half its own, and a probe at the origin's full share
-        looked fast (simulated, bench/linerate.py --case slow --victim 2: the new head was
-        told it was slow and moved to the tail, 1.37x one copy where 1.19x is the rule's)."""
+        each at least ``HEAD_MIN_TICKS``, and steady (the two halves within ``STEADY``
+        of each other). A link ``falling`` behind its head needs half as many: it asks at
+        once whose the slowness is (its own lag verdict waits on it).
+
+        A link that just moved to this upstream shares its uplink with what the old
+        downstream still has in flight there: timed then, a healthy head's pace looked
+        half its own, and a probe at the origin's full share looked fast (simulated,
+        bench/linerate.py --case slow --victim 2: the new head was told it was slow and
+        moved to the tail, 1.37x one copy where 1.19x is the rule's)."""
         a = self._arrivals
-        if len(a) < HEAD_CHUNKS:
+        if len(a) < (HEAD_CHUNKS // 2 if falling else HEAD_CHUNKS):
             return None
         half = len(a) // 2
         first = (a[half] - a[0]) / half
@@ -82,12 +89,13 @@ class HeadCheck:
             return None
         return per
 
-    def due(self, head: str) -> float | None:
+    def due(self, head: str, falling: bool = False) -> float | None:
         """The pace to hold a probe against, if ``head`` (our upstream, the chain's head)
-        is to be checked now: never checked, and its pace timed."""
+        is to be checked now: never checked, and its pace timed (``falling``: see
+        :meth:`pace`)."""
         if self._probe is not None or head in self._checked:
             return None
-        return self.pace()
+        return self.pace(falling)
 
     def sent(self, head: str, chunk: int, now: int, pace: float) -> None:
         """The probe for ``chunk`` went to the origin at tick ``now``."""

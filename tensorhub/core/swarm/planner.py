@@ -1247,6 +1247,17 @@ class ChunkPlanner:
                 self._forget_lag()  # as far behind as it fell; go on from here
                 self._lag_window.append((up_count, gap))
             return
+        if self._head.probing is not None or (
+            self._head_checkable(up, src) and self._head.pace(falling=True) is not None
+        ):
+            # Our upstream is the chain's first head: falling behind it, we may be slow,
+            # or its uplink may be (a NIC slow both ways relays slower than it receives:
+            # bench/linerate.py --case slow --victim 1, the second link got 9 of the
+            # head's 16 chunks). Moving us to the tail fixes only the first: the next
+            # link then relayed from the head, fell behind as we did, and so did every
+            # link after it (2 rounds of 4 took 4.2-4.8x one copy). The head check says
+            # which: the head is moved to the tail if slow, else we are, at the next look.
+            return
         self._effects += 1
         self._lagging.add(self.me)
 
@@ -1312,7 +1323,8 @@ class ChunkPlanner:
         """``chunk`` landed from ``source``: the chain's pace, and the head check's probe
         (see ``headcheck``). A head found slow is a laggard to us at once (we relay from
         the origin from now on), and the session tells it so (:meth:`behind`)."""
-        if source == self._relay_up and self.now >= self._relay_since + RELAY_START_WAIT:
+        settled = max(self._relay_since, self._began or 0) + RELAY_START_WAIT
+        if source == self._relay_up and self.now >= settled:
             self._head.arrived(self.now)  # (not while the chain settles: see HeadCheck.pace)
         slow = self._head.landed(chunk, self.now)
         if slow is not None:
@@ -1320,35 +1332,43 @@ class ChunkPlanner:
             self._lagging.add(slow)
             self._behind.append(slow)
 
-    def _check_head(self, up: str, src: SourceInfo) -> list[Request]:
-        """The head check's probe, if it is due: our upstream is the chain's head (the
-        only link before us that is not lagging), not done, we timed its pace, and enough
-        is left for a faster chain to matter; and it is the chain's first head (the first
-        link in name order). A head that took over from one moved to the tail is not
-        checked: the chain is settling for a while (what the old head still has in
-        flight goes on at its pace), and its pace then says nothing of the new head:
-        checked then, each new head was found slow in turn (simulated, the slow head's
-        case: 2.2-2.4x one copy, 5.7x at 1 GiB, against 1.15-1.27x checking the first
-        head alone). Nor while we are watched for a lag of our own (``_note_lag``): our
-        intake is then the suspect, not the head's. (Checked only while no link lagged,
-        the check never ran in two rounds of three of bench/linerate.py's slow head: a
-        link after it, sharing its uplink for a while, judged itself lagging first.)
+    def _head_checkable(self, up: str, src: SourceInfo) -> bool:
+        """Is our upstream a head the head check may still probe (see ``headcheck``)? It
+        is the chain's head (the only link before us), not done, not checked yet, enough
+        is left for a faster chain to matter, and no link is lagging.
 
-        The chunk asked of the origin is the last one missing that no link holds and no
-        one is asked for: far ahead of the head's stream, so that neither the head nor
-        we ask for it again soon (see ``headcheck``)."""
+        Once one is, the chain is settling for a while (what a link moved to the tail
+        still has in flight goes on at its pace), and a head's pace then says nothing of
+        it: checked then, each new head was found slow in turn (simulated, the slow
+        head's case: 2.2-2.4x one copy, 5.7x at 1 GiB, against 1.15-1.27x checking the
+        first head alone). Nor is a check needed then: a link that falls behind the head
+        checks it before it judges itself lagging (``_note_lag``), so a second link that
+        moved to the tail found the head healthy."""
+        return (
+            self._relay_hops == 1
+            and not self._relay_skipped
+            and not self.lagging
+            and not src.origin
+            and up not in self._full
+            and not self._lagging
+            and self._missing >= 4 * HEAD_CHUNKS  # (the probe's chunk time is worth it)
+            and not self._head.checked(up)
+        )
+
+    def _check_head(self, up: str, src: SourceInfo) -> list[Request]:
+        """The head check's probe, if it is due: the head is checkable and its pace timed
+        (steady, unless we are falling behind it: then the check decides whose the
+        slowness is, see ``_note_lag``).
+
+        The chunk asked of the origin is the last full one missing that no link holds
+        and no one is asked for: far ahead of the head's stream, so that neither the head
+        nor we ask for it again soon (see ``headcheck``)."""
         if self._relay_hops != 1 or self._relay_skipped:
             self._head.moved()  # (it is not the head now: timed afresh once it is)
             return []
-        if (
-            up != min(self._links())  # (not the chain's first head: see below)
-            or self._lag_seen is not None  # (we may be the slow one: see below)
-            or src.origin
-            or up in self._full
-            or self._missing < 4 * HEAD_CHUNKS  # (the probe's chunk time is worth it)
-        ):
+        if not self._head_checkable(up, src):
             return []
-        pace = self._head.due(up)
+        pace = self._head.due(up, falling=self._lag_seen is not None)
         if pace is None:
             return []
         origins = [
