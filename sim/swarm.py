@@ -42,7 +42,7 @@ from tensorhub.core.swarm import (
     holder_seeder,
 )
 from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
-from tensorhub.core.swarm.serve import Verdict, seed_context, serve_decision
+from tensorhub.core.swarm.serve import Verdict, past_laggards, seed_context, serve_decision
 from tensorhub.core.swarm.session import (
     Abandon,
     Action,
@@ -511,12 +511,16 @@ class Swarm:
 
         def seed() -> SeedDecision:
             assert src.seeder is not None
-            ctx = seed_context(
-                hosts[s].dc,
-                hosts[f].dc,
-                lambda: self._dc_members.get(hosts[s].dc, 0) > 1,
-                lambda g: hosts[g].dc,
-                self._alive,
+            ctx = past_laggards(
+                seed_context(
+                    hosts[s].dc,
+                    hosts[f].dc,
+                    lambda: self._dc_members.get(hosts[s].dc, 0) > 1,
+                    lambda g: hosts[g].dc,
+                    self._alive,
+                ),
+                self.nodes[f].lagging,
+                lambda g: self.nodes[g].lagging,
             )
             return src.seeder.decide(
                 c,

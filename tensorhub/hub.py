@@ -56,7 +56,7 @@ from .core.gossip.holders import SAME_RACK, tier
 from .core.histogram import CHUNK_BUCKETS, Histogram
 from .core.layout import DEFAULT_CHUNK_SIZE
 from .core.manifest import Manifest
-from .core.naming import display_name, shard_key, split_key
+from .core.naming import ShardKey, display_name, shard_key, split_key
 from .core.registry import PublishShard, Release, Retain
 from .core.swarm.presets import NODE, DataPlaneConfig, preset
 from .core.swarm.serve import NO_CONTEXT, SeedContext, seed_context
@@ -626,6 +626,11 @@ class Hub:
         return seed_context(
             my_dc, None if loc is None else _dc(loc), others_here, dc_of, self._alive
         )
+
+    def _lagging(self, key: ShardKey, version: int, name: str) -> bool:
+        """Does ``name`` advertise (key, version) as a relay link that fell behind?"""
+        held = self.gossip.core.holders.holders(key, version).get(name)
+        return held is not None and held.lagging
 
     def _near(self, name: str) -> bool:
         """Is ``name`` in our rack (or on our host)? Its requests may queue longer here."""
@@ -1325,6 +1330,9 @@ class _GossipView:
 
     def seed_context(self, peer: str) -> SeedContext:
         return NO_CONTEXT if self.hub is None else self.hub._seed_context(peer)
+
+    def lagging(self, key: ShardKey, version: int, name: str) -> bool:
+        return self.hub is not None and self.hub._lagging(key, version, name)
 
     def ucx_route(self, addr: str) -> str | None:
         return None if self.hub is None else self.hub._ucx_route(addr)

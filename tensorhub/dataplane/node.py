@@ -22,6 +22,7 @@ from ..core.messages import Behind, Have, Message
 from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
 from ..core.swarm.presets import NODE, DataPlaneConfig
+from ..core.swarm.serve import SeedContext, past_laggards
 from ..io import tcp, ucx
 from ..io.shaping import WanShaper
 from ..io.tensors import TensorBytes, build_manifest, copy_chunk, empty_like_manifest
@@ -174,7 +175,7 @@ class Node:
             self.store,
             self.control,
             self.upload_grants,
-            lambda peer, _replica: self.view.seed_context(peer),
+            self._seed_context,
             lambda: self.shaper,
             cut_through=self.dataplane.cut_through,
             address=lambda: self.address,
@@ -183,6 +184,17 @@ class Node:
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))
         return h
+
+    def _seed_context(self, peer: str, replica: Replica, asker_lagging: bool) -> SeedContext:
+        """What a super-seeding origin knows of ``peer``: the view's, without the relay
+        links that fell behind on this version as recipients to send it to (see
+        serve.past_laggards)."""
+        key, version = replica.key, replica.version
+        return past_laggards(
+            self.view.seed_context(peer),
+            asker_lagging,
+            lambda g: self.view.lagging(key, version, g),
+        )
 
     # -- Have: chunk news between the peers of one version's swarm ---------------------------
 

@@ -53,9 +53,10 @@ log = logging.getLogger(__name__)
 ControlHandler = Callable[["PeerHandler", Message], None]
 """Receives a control-plane message (Raft, registry, gossip) that arrived on a connection."""
 
-SeedView = Callable[[str, Replica], SeedContext]
-"""For a super-seeding origin: (requesting node, replica) → what it needs to know of the
-requester (the node's :class:`~tensorhub.dataplane.view.ClusterView`)."""
+SeedView = Callable[[str, Replica, bool], SeedContext]
+"""For a super-seeding origin: (requesting node, replica, whether the requester is a relay
+link that fell behind) → what it needs to know of the requester (the node's
+:class:`~tensorhub.dataplane.view.ClusterView`)."""
 
 MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
@@ -351,7 +352,9 @@ class PeerHandler:
 
         def seed() -> SeedDecision:
             assert seeder is not None
-            ctx = self._seed_context(peer, replica) if self._seed_context else NO_CONTEXT
+            ctx = (
+                self._seed_context(peer, replica, msg.lagging) if self._seed_context else NO_CONTEXT
+            )
             return seeder.decide(
                 msg.chunk,
                 peer,

@@ -67,6 +67,11 @@ class ClusterView(Protocol):
         """Where ``peer`` is, for a super-seeding origin's decision."""
         ...
 
+    def lagging(self, key: ShardKey, version: int, name: str) -> bool:
+        """Does node ``name`` advertise its replica of (key, version) as a relay link that
+        fell behind (Holding.lagging)?"""
+        ...
+
     def ucx_route(self, addr: str) -> str | None:
         """The UCX address to dial for the peer at TCP ``addr``, or None for TCP."""
         ...
@@ -106,6 +111,9 @@ class Unaware:
 
     def seed_context(self, peer: str) -> SeedContext:
         return NO_CONTEXT
+
+    def lagging(self, key: ShardKey, version: int, name: str) -> bool:
+        return False
 
     def ucx_route(self, addr: str) -> str | None:
         return None

@@ -94,6 +94,23 @@ class SeedContext:
 
 NO_CONTEXT = SeedContext(False, False, None)
 
+
+def past_laggards(
+    ctx: SeedContext, asker_lagging: bool, lagging: Callable[[str], bool]
+) -> SeedContext:
+    """``ctx`` where a relay link that fell behind (``lagging``: it relays from the
+    chain's tail) cannot pass a chunk on to an asker that did not: it answers such an
+    asker "busy" for every chunk it lacks (serve_decision), so sending the asker there
+    stalls it until the laggard has the chunk. A chain head found slow (``headcheck``) was
+    still receiving four chunks it had asked the origin for, and the origin sent the new
+    head to it for each: the chain after it stalled and judged itself lagging in turn
+    (bench/linerate.py --case slow --victim 1, 2 rounds of 5: 1.9-2.5x one copy)."""
+    alive = ctx.can_pass_on
+    if asker_lagging or alive is None:
+        return ctx
+    return SeedContext(ctx.remote, ctx.local_busy, lambda g: alive(g) and not lagging(g))
+
+
 D = TypeVar("D", bound=Hashable)
 """A datacenter's name: the node's locality prefix, the simulator's index."""
 
