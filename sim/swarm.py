@@ -581,6 +581,13 @@ class Swarm:
             if src.withdrawn:  # it let go while the request waited for a slot
                 self._refuse_withdrawn(f, r, back)
             return
+        if r not in self.nodes[f].inflight:
+            # Abandoned while queued here: the node's Cancel reached us first, so its
+            # bytes never go, and we count the asker no recipient of the chunk.
+            self._release(s, f)
+            if src.seeder is not None:
+                src.seeder.unsent(c, f)
+            return
         feed = None  # cutting through: the transfer bringing c to s paces ours
         if not src.have[c]:
             feed = next((t for q, t in src.inflight.items() if q.chunk == c and t), None)
@@ -594,9 +601,6 @@ class Swarm:
             line=(s, f),  # one connection per pair: its chunks move one at a time
         )
         fetcher = self.nodes[f]
-        if r not in fetcher.inflight:
-            return  # abandoned while queued here: its bytes still flow (as the real
-            # server still sends them), and are dropped on arrival
         fetcher.inflight[r] = t
         if fetcher.session is not None:
             fetcher.session.receiving(r, self.e.now)

@@ -311,7 +311,7 @@ async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> N
     asker = await Node.start("asker", secret=SECRET, dataplane=NODE)
     routed(holder, asker)
     try:
-        holder.serve("m", 1, sd, chunk_size=CHUNK)  # (more than the socket buffers hold)
+        holder.serve("m", 1, sd, chunk_size=CHUNK, super_seed=10.0)  # (more than buffers hold)
         peer = await asker.peer(holder.address)
         manifest = await peer.get_manifest("m", 1)
         mine = _empty(manifest)
@@ -331,6 +331,11 @@ async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> N
         await _until(lambda: peer.requests_open == 0, 'two "cancelled"')
         assert mine.have[0] and not mine.have[1] and not mine.have[2]
         assert _served_to(holder, "asker") == manifest.layout.chunk_len(0)
+        # The origin sends later askers of chunk 0 to the asker, of 1 and 2 to no one.
+        seeder = holder.store.get("m", 1).seeder
+        assert seeder is not None
+        assert seeder.recipients.get(0) == ["asker"]
+        assert not seeder.recipients.get(1) and not seeder.recipients.get(2)
     finally:
         for n in (holder, asker):
             await n.close()

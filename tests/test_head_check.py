@@ -119,6 +119,16 @@ def test_the_second_link_probes_the_origin_once_for_a_chunk_far_ahead() -> None:
     assert not p.onward(Request("o", 62, False)) and p.onward(Request("a", 12, False))
 
 
+def test_no_probe_with_the_check_off() -> None:
+    import dataclasses
+
+    p = ChunkPlanner("b", 64, random.Random(1), dataclasses.replace(NODE.planner, head_check=False))
+    p.set_source("o", 1, None, origin=True)
+    p.set_source("a", 1, [])
+    p.set_dc_fetchers(["a", "b"])
+    assert _relay_from_head(p, 7, 20) == []
+
+
 def test_a_fast_probe_tells_the_head_and_the_link_relays_from_the_origin() -> None:
     p = _second_link()
     _relay_from_head(p, 7)

@@ -11,6 +11,7 @@ from tensorhub.core.swarm.serve import (
     SeedContext,
     ServeDecision,
     Verdict,
+    past_laggards,
     seed_context,
     serve_decision,
 )
@@ -164,3 +165,16 @@ def test_a_lagging_relay_link_parks_for_a_laggard_after_it(
         asker_lagging=True,
     )
     assert got.verdict is want
+
+
+def test_a_relay_link_that_fell_behind_passes_nothing_on_to_one_that_did_not() -> None:
+    """It answers such an asker "busy" for whatever it lacks (serve_decision), so an origin
+    sends the asker elsewhere, or serves it; a laggard asker may still be sent to it."""
+    ctx = SeedContext(False, False, lambda g: g != "dead")
+    lagging = {"slow"}.__contains__
+    fresh = past_laggards(ctx, False, lagging)
+    assert fresh.can_pass_on is not None
+    assert fresh.can_pass_on("ok") and not fresh.can_pass_on("slow")
+    assert not fresh.can_pass_on("dead")
+    assert past_laggards(ctx, True, lagging) is ctx
+    assert past_laggards(SeedContext(False, False, None), False, lagging).can_pass_on is None

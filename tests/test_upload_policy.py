@@ -22,6 +22,20 @@ def test_origin_sends_each_chunk_once_and_redirects_to_the_recipient() -> None:
     assert s.decide(0, "a", now=2).serve  # a retry by the recipient (its copy was lost)
 
 
+def test_a_copy_that_never_went_names_no_recipient() -> None:
+    """A reply given up before it was sent (Cancel) or cut mid-stream: the asker does not
+    hold the chunk, so later askers are not sent to it."""
+    s = SuperSeeder(4, reserve_after=10)
+    s.sent(0, "a", now=0)
+    s.sent(0, "b", now=0)
+    s.unsent(0, "a")
+    assert s.decide(0, "c", now=1).holders == ("b",)
+    s.unsent(0, "b")
+    s.unsent(0, "b")  # (twice, or for a peer never sent to: no change)
+    s.unsent(1, "a")
+    assert s.decide(0, "c", now=2).serve and s.served == [0, 0, 0, 0]
+
+
 def test_a_chunk_nobody_passed_on_is_sent_again_after_reserve_after() -> None:
     s = SuperSeeder(2, reserve_after=10)
     s.sent(0, "a", now=0)

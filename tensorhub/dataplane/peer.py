@@ -417,6 +417,7 @@ class PeerHandler:
                         reply.landing.poke()  # a stream waiting for bytes looks now
                 else:
                     self._drop(reply)
+                    self._unsend(reply)
                     self._out[i] = _Reply(_cancelled(rid))
                 return
 
@@ -463,6 +464,7 @@ class PeerHandler:
                     if reply.msg.req in self._cancelled:  # given up while it waited
                         self._cancelled.discard(reply.msg.req)
                         self._drop(reply)
+                        self._unsend(reply)
                         await conn.send(_cancelled(reply.msg.req))
                         self._out.popleft()
                         continue
@@ -508,9 +510,11 @@ class PeerHandler:
         while True:
             if msg.req in self._cancelled:  # the asker gave it up: the rest stays here
                 self._cancelled.discard(msg.req)
+                self._unsend(reply)
                 await conn.send(_cancelled(msg.req))
                 return False
             if landing.failed:
+                self._unsend(reply)
                 await conn.send(Error("lost_chunk", f"chunk {c} did not verify here", msg.req))
                 return False
             if landing.verified and self._address is not None:
@@ -531,6 +535,16 @@ class PeerHandler:
                 sent = ready
                 continue
             await landing.reached(sent + 2 * PIECE)
+
+    def _unsend(self, reply: _Reply) -> None:
+        """A chunk reply that did not reach the peer whole (it gave the request up, or the
+        chunk failed to land here): a super-seeding replica no longer counts the peer
+        among the chunk's recipients. Counted, it sent later askers of the chunk to a peer
+        that would not have it: a chain head found slow gave up the chunks it had asked
+        the origin for, and the link after it was sent back to it for each."""
+        r = reply.replica
+        if r is not None and r.seeder is not None:
+            r.seeder.unsent(reply.chunk, self.conn.peer or "?")
 
     def _drop(self, reply: _Reply) -> None:
         """A queued chunk reply that will never be sent: give back what it holds."""

@@ -176,6 +176,10 @@ class PlannerConfig:
     lag_chunks: int = LAG_CHUNKS
     """``relay``: how far a link may fall behind its upstream before it moves to the tail
     (at least ``per_source``; see ``LAG_CHUNKS``)."""
+    head_check: bool = True
+    """``relay``: the link after the chain's head checks whether the head is slower than
+    the origin could feed it (``headcheck``). Costs a healthy chain about one chunk time;
+    off (``node:planner.head_check=false``), a slow head holds every link to its pace."""
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -1345,7 +1349,8 @@ class ChunkPlanner:
         checks it before it judges itself lagging (``_note_lag``), so a second link that
         moved to the tail found the head healthy."""
         return (
-            self._relay_hops == 1
+            self.cfg.head_check
+            and self._relay_hops == 1
             and not self._relay_skipped
             and not self.lagging
             and not src.origin
@@ -1419,8 +1424,8 @@ class ChunkPlanner:
         self._lagging.add(self.me)
         # What we asked the origin for stays asked: the link after us receives it from us
         # as it lands, and the origin sends later askers of those chunks to us. (Taken
-        # back, the origin still redirected to us, we answered "busy", and the chain
-        # after us stalled for 40 ticks: simulated, 2.2-2.9x one copy.)
+        # back, the simulated chain after us stalled: the origin still sent the new head
+        # to us, which answered "busy" for what it lacked; 2.0-2.9x one copy.)
         return True
 
     def behind(self) -> list[str]:

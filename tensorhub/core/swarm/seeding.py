@@ -129,6 +129,16 @@ class SuperSeeder:
         self.refusals += 1
         return SeedDecision(False, tuple(got))
 
+    def unsent(self, chunk: int, peer: str) -> None:
+        """The copy of ``chunk`` meant for ``peer`` did not go (the peer gave the request
+        up before it was sent, or a stream of it was cut): ``peer`` is no recipient to
+        send others to. Its count of copies handed out drops; when and how the chunk
+        first went out stays (the redirect window is not reopened)."""
+        got = self.recipients.get(chunk)
+        if got is not None and peer in got:
+            got.remove(peer)
+            self.served[chunk] -= 1
+
     def sent(self, chunk: int, peer: str, now: float) -> None:
         """We are sending ``chunk`` to ``peer`` (after a SERVE decision)."""
         got = self.recipients.setdefault(chunk, [])
