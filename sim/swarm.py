@@ -529,6 +529,7 @@ class Swarm:
                 remote=ctx.remote,
                 local_busy=ctx.local_busy,
                 alive=ctx.can_pass_on,
+                behind=ctx.behind,
                 spare=src.slots.has_spare(),
             )
 

@@ -255,3 +255,49 @@ async def test_behind_about_a_version_not_being_fetched_is_ignored() -> None:
     finally:
         await a.close()
         await b.close()
+
+
+async def test_an_origin_told_a_head_is_behind_sends_no_asker_to_it() -> None:
+    """Behind.who: the link that found the head slow tells the origin too, which from then
+    on serves a chunk it sent the head rather than sending the asker there (the head would
+    answer "busy" for what it lacks; the holder view says it lags only a gossip round
+    later)."""
+    from tensorhub.core.errors import Refused
+
+    g = torch.Generator().manual_seed(6)
+    sd = {"w": torch.randn(1 << 18, generator=g)}  # 1 MiB in 4 chunks
+    origin = await Node.start("origin", secret=SECRET)
+    head = await Node.start("head", secret=SECRET)
+    second = await Node.start("second", secret=SECRET)
+    routed(origin, head, second)
+    try:
+        origin.serve("m", 1, sd, chunk_size=256 << 10, super_seed=10.0, seed_spare=False)
+        up = await head.peer(origin.address)
+        manifest = await up.get_manifest("m", 1)
+
+        def empty() -> Replica:
+            return Replica(
+                "m",
+                1,
+                manifest,
+                TensorBytes.for_destination(manifest, empty_like_manifest(manifest)),
+            )
+
+        await up.get_chunk(empty(), 0)  # the head got chunk 0: the origin names it for 0
+        asker = await second.peer(origin.address)
+        mine = empty()
+        try:
+            await asker.get_chunk(mine, 0)
+            raise AssertionError("the origin served a second copy at once")
+        except Refused as redirect:
+            assert redirect.holders == ["head"]
+        assert second.tell_behind(origin.address, ShardKey("m"), 1, who="head")
+        deadline = time.monotonic() + 30
+        while "head" not in origin.store.get("m", 1).laggards:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
+        await asker.get_chunk(mine, 0)  # served now, not sent to the head
+        assert mine.have[0]
+    finally:
+        for n in (origin, head, second):
+            await n.close()

@@ -36,6 +36,17 @@ def test_a_copy_that_never_went_names_no_recipient() -> None:
     assert s.decide(0, "c", now=2).serve and s.served == [0, 0, 0, 0]
 
 
+def test_a_recipient_that_fell_behind_is_no_one_to_send_an_asker_to() -> None:
+    s = SuperSeeder(4, reserve_after=10)
+    s.sent(0, "slow", now=0)
+    s.sent(1, "slow", now=0)
+    s.sent(1, "ok", now=0)
+    behind = {"slow"}.__contains__
+    assert s.decide(0, "b", now=1, behind=behind).serve  # its only recipient lags
+    assert s.decide(1, "b", now=1, behind=behind).holders == ("ok",)
+    assert s.decide(0, "b", now=1).holders == ("slow",)  # (not known to lag)
+
+
 def test_a_chunk_nobody_passed_on_is_sent_again_after_reserve_after() -> None:
     s = SuperSeeder(2, reserve_after=10)
     s.sent(0, "a", now=0)

@@ -169,7 +169,7 @@ class Cancel(Message, frozen=True, tag="cancel"):
 
 
 @register
-class Behind(Message, frozen=True, tag="behind"):
+class Behind(Message, frozen=True, tag="behind", omit_defaults=True):
     """Relay link → its upstream, the chain's head: you are slower than the origin could
     feed us (our head check, ``core/swarm/headcheck.py``), so relay from the chain's tail,
     as a link that finds itself lagging does (ChunkPlanner.told_behind). A head cannot
@@ -179,6 +179,13 @@ class Behind(Message, frozen=True, tag="behind"):
 
     key: ShardKey = msgspec.field(name="model")
     version: int
+    who: str = ""
+    """To the origin: the head we found slow (empty: the receiver itself). The origin then
+    sends no asker to it for a chunk at once (serve.past_laggards), where the holder view
+    says it lags only a gossip round later: meanwhile the origin sent the new head back to
+    the old one for each chunk the old one had asked for, which it answered "busy" until
+    it had them (bench/linerate.py --case slow --victim 1: the new head took four chunks
+    from it one by one, and the link after the new head fell behind it)."""
 
 
 @register

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import torch
 
-from ..core.errors import ChecksumMismatch, TransferError
+from ..core.errors import ChecksumMismatch, TransferError, UnknownVersion
 from ..core.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SIZE
 from ..core.manifest import Applied, Manifest
 from ..core.messages import Behind, Have, Message
@@ -189,11 +189,11 @@ class Node:
         """What a super-seeding origin knows of ``peer``: the view's, without the relay
         links that fell behind on this version as recipients to send it to (see
         serve.past_laggards)."""
-        key, version = replica.key, replica.version
+        key, version, told = replica.key, replica.version, replica.laggards
         return past_laggards(
             self.view.seed_context(peer),
             asker_lagging,
-            lambda g: self.view.lagging(key, version, g),
+            lambda g: g in told or self.view.lagging(key, version, g),
         )
 
     # -- Have: chunk news between the peers of one version's swarm ---------------------------
@@ -220,18 +220,32 @@ class Node:
 
     def _on_behind(self, peer: PeerHandler, msg: Message) -> None:
         assert isinstance(msg, Behind)
+        if msg.who:  # we are the origin: send no asker to that head (Behind.who)
+            try:
+                replica = self.store.get(msg.key, msg.version)
+            except UnknownVersion:
+                return
+            if replica.seeder is not None and len(replica.laggards) < MAX_LAGGARDS:
+                replica.laggards.add(msg.who)
+            return
         told = self._behind_watchers.get((msg.key, msg.version))
         if told is not None:
             told(peer.conn.peer or "?")
 
-    def tell_behind(self, addr: str, key: ShardKey, version: int) -> bool:
-        """Tell the peer at ``addr`` it is a slow chain head (Behind), on the connection
-        we fetch from it over; whether there was one (never dials: one we relay from is
-        connected)."""
+    def peer_name(self, addr: str) -> str | None:
+        """The name the peer at ``addr`` authenticated as, if we are connected to it (what
+        its requests, and a super-seeding origin's recipients, name it by)."""
+        h = self._peers.get(addr)
+        return None if h is None else h.conn.peer
+
+    def tell_behind(self, addr: str, key: ShardKey, version: int, who: str = "") -> bool:
+        """Tell the peer at ``addr`` it is a slow chain head (Behind), or, with ``who``,
+        that ``who`` is one (the origin); on the connection we fetch from it over. Whether
+        there was one (never dials: we have fetched from both)."""
         h = self._peers.get(addr)
         if h is None or h.conn.is_closing:
             return False
-        h.tell_behind(key, version)
+        h.tell_behind(key, version, who)
         return True
 
     def announce(self, key: ShardKey, version: int, chunk: int, to: Iterable[str]) -> None:
@@ -437,6 +451,10 @@ class Node:
 
 
 W = TypeVar("W")
+
+MAX_LAGGARDS = 64
+"""Heads an origin's replica remembers as found slow (Behind.who): a fetch finds at most
+one; the bound keeps a confused or hostile peer from growing the set."""
 
 
 def _watch(table: dict[tuple[str, int], W], watch: tuple[str, int], cb: W) -> Callable[[], None]:

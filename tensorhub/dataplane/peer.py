@@ -364,6 +364,7 @@ class PeerHandler:
                 remote=ctx.remote and msg.onward,
                 local_busy=ctx.local_busy,
                 alive=ctx.can_pass_on,
+                behind=ctx.behind,
                 spare=self._grants.policy.has_spare(),
             )
 
@@ -660,9 +661,10 @@ class PeerHandler:
         if req.sent:
             self._note(Cancel(rid))  # so the source sends no more of it than it has
 
-    def tell_behind(self, key: ShardKey, version: int) -> None:
-        """Tell the peer, our relay upstream, that it is a slow chain head (Behind)."""
-        self._note(Behind(key, version))
+    def tell_behind(self, key: ShardKey, version: int, who: str = "") -> None:
+        """Tell the peer, our relay upstream, that it is a slow chain head; or, with
+        ``who``, tell the origin that ``who`` is one (Behind)."""
+        self._note(Behind(key, version, who))
 
     def _note(self, msg: Message) -> None:
         """Send a small frame ahead of queued replies (none on a closing connection)."""

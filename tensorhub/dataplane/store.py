@@ -87,6 +87,9 @@ class Replica:
     incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
     onward: bool = True  # serves what it receives (False: a partial read, see swarm_fill)
     lagging: bool = False  # a relay link that fell behind: it parks no request (see lag)
+    laggards: set[str] = field(default_factory=set)
+    """On an origin's replica: relay links of this version a fetcher told us are slower
+    than we could feed it (``Behind.who``): no recipient to send an asker to."""
     _parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     _landings: dict[int, Landing] = field(default_factory=dict)  # chunk -> its bytes landing
     _awaiting_bytes: dict[int, list[Callable[[], None]]] = field(default_factory=dict)

@@ -73,6 +73,7 @@ class SuperSeeder:
         local_busy: bool = False,
         alive: Callable[[str], bool] | None = None,
         spare: bool = False,
+        behind: Callable[[str], bool] | None = None,
     ) -> SeedDecision:
         """May ``peer`` have ``chunk`` from us now? ``remote``: it is in another datacenter;
         ``local_busy``: other nodes of our datacenter are fetching this version; ``alive``:
@@ -80,10 +81,14 @@ class SuperSeeder:
         ``peer`` (for a peer of our datacenter, a recipient in another is not: it would send
         it back across the WAN), if known; ``spare``: our uplink has idle slots (a repeat
         copy then costs nothing a first copy needs: the origin's idle NIC is bandwidth the
-        swarm would otherwise lack while the first copies still spread)."""
+        swarm would otherwise lack while the first copies still spread); ``behind``:
+        whether a recipient is a relay link that fell behind, which passes nothing it lacks
+        on to ``peer``: not a recipient to send it to (serve.past_laggards)."""
         got = self.recipients.get(chunk, [])
         if peer in got:
             return SERVE  # a retry: the copy we sent was lost or corrupted on the way
+        if behind is not None and got:
+            got = [g for g in got if not behind(g)]
         if not self.origin:
             return self._spread(chunk, got, now, alive, spare)
         if spare and got and not remote and self.serve_spare:

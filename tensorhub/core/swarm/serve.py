@@ -90,6 +90,9 @@ class SeedContext:
     can_pass_on: Callable[[str], bool] | None
     """Whether a node that got a chunk from us is alive and placed to pass it to the asker
     (None: nothing known)."""
+    behind: Callable[[str], bool] | None = None
+    """Whether a node that got a chunk from us is a relay link that fell behind, which
+    passes nothing it lacks on to this asker (see :func:`past_laggards`; None: none is)."""
 
 
 NO_CONTEXT = SeedContext(False, False, None)
@@ -105,10 +108,9 @@ def past_laggards(
     still receiving four chunks it had asked the origin for, and the origin sent the new
     head to it for each: the chain after it stalled and judged itself lagging in turn
     (bench/linerate.py --case slow --victim 1, 2 rounds of 5: 1.9-2.5x one copy)."""
-    alive = ctx.can_pass_on
-    if asker_lagging or alive is None:
+    if asker_lagging:
         return ctx
-    return SeedContext(ctx.remote, ctx.local_busy, lambda g: alive(g) and not lagging(g))
+    return SeedContext(ctx.remote, ctx.local_busy, ctx.can_pass_on, lagging)
 
 
 D = TypeVar("D", bound=Hashable)
