@@ -13,7 +13,7 @@ import time
 import torch
 
 from tensorhub.core.naming import ShardKey
-from tensorhub.core.swarm import ChunkPlanner, Request
+from tensorhub.core.swarm import ChunkPlanner, PlannerConfig, Request
 from tensorhub.core.swarm.headcheck import HEAD_CHUNKS, HeadCheck
 from tensorhub.core.swarm.presets import NODE, RELAY
 from tensorhub.dataplane.node import Node
@@ -84,9 +84,9 @@ def test_no_probe_on_an_unsteady_pace_a_fast_one_or_a_failed_one() -> None:
 # -- the planner -----------------------------------------------------------------------------
 
 
-def _second_link(chunks: int = 64) -> ChunkPlanner:
-    """Link "b" of a chain o -> a -> b: its upstream "a" is the head."""
-    p = ChunkPlanner("b", chunks, random.Random(1), NODE.planner)
+def _second_link(config: PlannerConfig = NODE.planner) -> ChunkPlanner:
+    """Link "b" of a chain o -> a -> b (64 chunks): its upstream "a" is the head."""
+    p = ChunkPlanner("b", 64, random.Random(1), config)
     p.set_source("o", 1, None, origin=True)
     p.set_source("a", 1, [])
     p.set_dc_fetchers(["a", "b"])
@@ -122,10 +122,7 @@ def test_the_second_link_probes_the_origin_once_for_a_chunk_far_ahead() -> None:
 def test_no_probe_with_the_check_off() -> None:
     import dataclasses
 
-    p = ChunkPlanner("b", 64, random.Random(1), dataclasses.replace(NODE.planner, head_check=False))
-    p.set_source("o", 1, None, origin=True)
-    p.set_source("a", 1, [])
-    p.set_dc_fetchers(["a", "b"])
+    p = _second_link(dataclasses.replace(NODE.planner, head_check=False))
     assert _relay_from_head(p, 7, 20) == []
 
 
@@ -147,6 +144,34 @@ def test_a_slow_probe_tells_no_one() -> None:
         p.tick()
     p.received(62, "o")
     assert p.behind() == []
+
+
+def _falling_behind(p: ChunkPlanner, rounds: int = 32) -> list[int]:
+    """The head gains two chunks for each we receive from it; what we ask the origin."""
+    asked: list[int] = []
+    for i in range(rounds):
+        for _ in range(7):
+            p.tick()
+            asked += [r.chunk for r in p.next_requests() if r.source == "o"]
+        for c in (2 * i, 2 * i + 1):
+            p.add_chunk("a", c)
+        p.received(i, "a")
+        asked += [r.chunk for r in p.next_requests() if r.source == "o"]
+        if p.lagging:
+            break
+    return asked
+
+
+def test_a_link_falling_behind_the_head_judges_itself_once_no_check_can_run() -> None:
+    """A link falling behind the head waits on the head check before it judges itself
+    lagging; where no probe can be asked (the origin backed off), the verdict goes ahead
+    instead of waiting for ever."""
+    p = _second_link()
+    p.suspend("o", 10_000)
+    assert _falling_behind(p) == [] and p.lagging
+    checked = _second_link()
+    asked = _falling_behind(checked)
+    assert asked and not checked.lagging  # (the probe is out: the verdict waits on it)
 
 
 def test_only_a_head_moves_when_told() -> None:

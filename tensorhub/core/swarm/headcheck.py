@@ -79,7 +79,7 @@ class HeadCheck:
         bench/linerate.py --case slow --victim 2: the new head was told it was slow and
         moved to the tail, 1.37x one copy where 1.19x is the rule's)."""
         a = self._arrivals
-        if len(a) < (HEAD_CHUNKS // 2 if falling else HEAD_CHUNKS):
+        if len(a) < (max(3, HEAD_CHUNKS // 2) if falling else HEAD_CHUNKS):
             return None
         half = len(a) // 2
         first = (a[half] - a[0]) / half
@@ -96,6 +96,12 @@ class HeadCheck:
         if self._probe is not None or head in self._checked:
             return None
         return self.pace(falling)
+
+    def skip(self, head: str) -> None:
+        """``head`` will not be checked in this fetch (no probe could be asked: no origin
+        with room, no chunk far enough ahead): a lag verdict that waits on the check
+        (ChunkPlanner._note_lag) goes ahead."""
+        self._checked.add(head)
 
     def sent(self, head: str, chunk: int, now: int, pace: float) -> None:
         """The probe for ``chunk`` went to the origin at tick ``now``."""

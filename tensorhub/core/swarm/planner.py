@@ -1385,6 +1385,7 @@ class ChunkPlanner:
             and s.inflight < self.cfg.per_source
         ]
         if not origins:
+            self._head.skip(up)  # (no check this fetch: a lag verdict may not wait on it)
             return []
         origin = min(origins)[1]
         c = self.num_chunks - 2  # (the last chunk may be short: it would come fast)
@@ -1396,7 +1397,8 @@ class ChunkPlanner:
         ):
             c -= 1
         if c <= src.top + self.cfg.per_source:
-            return []  # (nothing far enough ahead of the head's stream)
+            self._head.skip(up)  # (nothing far enough ahead of the head's stream)
+            return []
         self._effects += 1
         self._head.sent(up, c, self.now, pace)
         return [self._request(origin, c, duplicate=False)]
