@@ -139,6 +139,7 @@ class _Node:
     """Requests parked until a chunk begins to land here (cut-through without early
     hints), or until it settles."""
     lagging: bool = False  # a relay link that fell behind: it parks no request
+    laggards: set[str] = field(default_factory=set)  # an origin's, told by Behind.who
     withdrawn: bool = False  # let go of the version (unpublished, or its memory reused)
     on_drained: Callable[[], None] | None = None  # once no upload reads it (withdrawn)
 
@@ -520,7 +521,7 @@ class Swarm:
                     self._alive,
                 ),
                 self.nodes[f].lagging,
-                lambda g: self.nodes[g].lagging,
+                lambda g: self.nodes[g].lagging or g in src.laggards,
             )
             return src.seeder.decide(
                 c,
@@ -696,6 +697,12 @@ class Swarm:
                 node.settle(a.chunk)  # who waited for it here: it is in, or not coming yet
             elif isinstance(a, Behind):
                 self.e.later(self.c.latency(f, a.source), functools.partial(self._behind, a.source))
+                for o in self.origins:  # (the node's Behind.who: it sends no one to the head)
+                    self.e.later(self.c.latency(f, o), functools.partial(self._told, o, a.source))
+
+    def _told(self, origin: str, head: str) -> None:
+        """``origin`` hears that ``head`` is a slow chain head (Behind.who)."""
+        self.nodes[origin].laggards.add(head)
 
     def _behind(self, s: str) -> None:
         """``s`` hears that it is a slow chain head (the node's ``Behind`` message)."""

@@ -127,14 +127,42 @@ def test_no_probe_with_the_check_off() -> None:
 
 
 def test_a_fast_probe_tells_the_head_and_the_link_relays_from_the_origin() -> None:
+    """The verdict: the head is told (``behind``), what we asked it for is taken back (at
+    its pace it would hold the chain after us; the origin now serves it), and we relay
+    from the origin. The session puts Behind before the requests that follow it: the
+    origin must hear who is behind before it is asked again."""
+    from tensorhub.core.swarm.session import Abandon, Behind, FetchSession, Send
+
     p = _second_link()
-    _relay_from_head(p, 7)
+    session = FetchSession(p)
+    asked: list[int] = []
+    for c in range(20):
+        for _ in range(7):
+            p.tick()
+            asked += [a.request.chunk for a in session.requests(0.0) if isinstance(a, Send)]
+            if 62 in asked:
+                break
+        if 62 in asked:
+            break
+        p.add_chunk("a", c)
+        for r in list(session.phase):
+            if r.chunk == c:
+                session.verified(r)
+    assert 62 in asked
+    held = sum(p.have)
+    at_head = {r.chunk for r in session.phase if r.source == "a"}
+    assert at_head  # (parked there, ahead of the head's stream)
     for _ in range(7):
         p.tick()
-    p.received(62, "o")
-    assert p.behind() == ["a"] and p.behind() == []
-    p.next_requests()
-    assert p._relay_up == "o"  # (the head is a laggard to us now)
+    probe = next(r for r in session.phase if r.chunk == 62)
+    session.verified(probe)
+    actions = session.requests(0.0)
+    kinds = [type(a).__name__ for a in actions]
+    assert {a.request.chunk for a in actions if isinstance(a, Abandon)} == at_head
+    assert kinds.index("Behind") < kinds.index("Send"), kinds
+    assert [a.source for a in actions if isinstance(a, Behind)] == ["a"]
+    assert {a.request.source for a in actions if isinstance(a, Send)} == {"o"}
+    assert p._relay_up == "o" and sum(p.have) == held + 1  # (the head is a laggard to us)
 
 
 def test_a_slow_probe_tells_no_one() -> None:

@@ -252,12 +252,15 @@ class FetchSession:
     def requests(self, now: float) -> list[Action]:
         """New requests to send now, within the planner's limits."""
         out = self._take_back()
-        for r in self.planner.next_requests():
+        sends = self.planner.next_requests()
+        # (Behind first: it tells the origin too, which must hear it before our next
+        # requests, or it sends us back to the slow head for them.)
+        out += [Behind(name) for name in self.planner.behind()]
+        for r in sends:
             self.phase[r] = Phase.ISSUED
             self.issued_at[r] = now
             self._copies[r.chunk] += 1
             out.append(Send(r))
-        out += [Behind(name) for name in self.planner.behind()]
         return out
 
     @_input
