@@ -36,6 +36,10 @@ HEAD_MIN_TICKS = 2
 """...at no less than this many ticks each: a chunk faster than a couple of ticks (a
 loopback, a fast NIC at 4 MiB) is timed too coarsely to compare with one copy's time, and
 a fetch that fast does not need the check."""
+HEAD_WAIT = 50
+"""Ticks a link falling behind the head waits, for enough of the head's chunks to time a
+probe against, before it judges itself lagging without the check (ChunkPlanner.
+_head_first): seven chunks at half rate, 1 Gbit/s."""
 STEADY = 1.25
 """How far the head's pace over the first half of the timed chunks may differ from the
 second's (see :meth:`HeadCheck.pace`)."""
@@ -53,6 +57,7 @@ class HeadCheck:
         self._arrivals: deque[int] = deque(maxlen=HEAD_CHUNKS)  # ticks, from the upstream
         self._probe: tuple[str, int, int, float] | None = None  # (head, chunk, sent, pace)
         self._checked: set[str] = set()  # upstreams checked (or being checked)
+        self._waiting_since: int | None = None  # a lag verdict waits for timed chunks
         self.verdicts = 0  # heads found slow (for a test or a log)
 
     def moved(self) -> None:
@@ -96,6 +101,12 @@ class HeadCheck:
         if self._probe is not None or head in self._checked:
             return None
         return self.pace(falling)
+
+    def waiting(self, now: int) -> int:
+        """Ticks a lag verdict has waited on this check (from the first time it asked)."""
+        if self._waiting_since is None:
+            self._waiting_since = now
+        return now - self._waiting_since
 
     def skip(self, head: str) -> None:
         """``head`` will not be checked in this fetch (no probe could be asked: no origin

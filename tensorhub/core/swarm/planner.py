@@ -58,7 +58,7 @@ from typing import Final, NamedTuple, Protocol
 import xxhash
 
 from ..gossip.holders import SAME_RACK
-from .headcheck import HEAD_CHUNKS, HeadCheck
+from .headcheck import HEAD_CHUNKS, HEAD_WAIT, HeadCheck
 
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
@@ -1251,19 +1251,30 @@ class ChunkPlanner:
                 self._forget_lag()  # as far behind as it fell; go on from here
                 self._lag_window.append((up_count, gap))
             return
-        if self._head.probing is not None or (
-            self._head_checkable(up, src) and self._head.pace(falling=True) is not None
-        ):
-            # Our upstream is the chain's first head: falling behind it, we may be slow,
-            # or its uplink may be (a NIC slow both ways relays slower than it receives:
-            # bench/linerate.py --case slow --victim 1, the second link got 9 of the
-            # head's 16 chunks). Moving us to the tail fixes only the first: the next
-            # link then relayed from the head, fell behind as we did, and so did every
-            # link after it (2 rounds of 4 took 4.2-4.8x one copy). The head check says
-            # which: the head is moved to the tail if slow, else we are, at the next look.
+        if self._head_first(up, src):
             return
         self._effects += 1
         self._lagging.add(self.me)
+
+    def _head_first(self, up: str, src: SourceInfo) -> bool:
+        """Does our lag verdict wait on the head check? Our upstream is the chain's first
+        head: falling behind it, we may be slow, or its uplink may be (a NIC slow both
+        ways relays slower than it receives: bench/linerate.py --case slow --victim 1, the
+        second link got 9 of the head's 16 chunks). Moving us to the tail fixes only the
+        first: the next link then relayed from the head, fell behind as we did, and so did
+        every link after it (2 rounds of 4 took 4.2-4.8x one copy). The check says which:
+        the head is moved to the tail if slow, else we are, at the next look. It waits
+        while a probe is out, or goes out now (its pace timed), or for up to
+        ``HEAD_WAIT`` ticks while too few of the head's chunks are timed (a link that fell
+        behind six chunks in judged itself before a probe could go: 3.0x and 3.2x one
+        copy in 2 rounds of 6)."""
+        if self._head.probing is not None:
+            return True
+        if not self._head_checkable(up, src):
+            return False
+        if self._head.pace(falling=True) is not None:
+            return True  # (the probe goes out in this call: _check_head)
+        return self._head.waiting(self.now) < HEAD_WAIT
 
     def _forget_lag(self) -> None:
         """Judge our lag afresh: no look under way, no lag seen lately."""
