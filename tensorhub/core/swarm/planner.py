@@ -1363,8 +1363,8 @@ class ChunkPlanner:
         it: checked then, each new head was found slow in turn (simulated, the slow
         head's case: 2.2-2.4x one copy, 5.7x at 1 GiB, against 1.15-1.27x checking the
         first head alone). Nor is a check needed then: a link that falls behind the head
-        checks it before it judges itself lagging (``_note_lag``), so a second link that
-        moved to the tail found the head healthy."""
+        checks it before it judges itself lagging (``_head_first``), so a second link
+        that moved to the tail found the head healthy."""
         return (
             self.cfg.head_check
             and self._relay_hops == 1
@@ -1379,8 +1379,8 @@ class ChunkPlanner:
 
     def _check_head(self, up: str, src: SourceInfo) -> list[Request]:
         """The head check's probe, if it is due: the head is checkable and its pace timed
-        (steady, unless we are falling behind it: then the check decides whose the
-        slowness is, see ``_note_lag``).
+        (from half as many chunks if we are falling behind it: then the check decides
+        whose the slowness is, see ``_head_first``).
 
         The chunk asked of the origin is the last full one missing that no link holds
         and no one is asked for: far ahead of the head's stream, so that neither the head
@@ -1441,10 +1441,10 @@ class ChunkPlanner:
         self._changes += 1
         self._effects += 1
         self._lagging.add(self.me)
-        # What we asked the origin for stays asked: the link after us receives it from us
-        # as it lands, and the origin sends later askers of those chunks to us. (Taken
-        # back, the simulated chain after us stalled: the origin still sent the new head
-        # to us, which answered "busy" for what it lacked; 2.0-2.9x one copy.)
+        # What we asked the origin for stays asked: what the link after us asked us for
+        # it takes back and asks the origin (see _timed). (Taken back here too, the
+        # simulated chain after us stalled: 2.0-2.9x one copy. That was before the
+        # origin skipped laggards; not tried since.)
         return True
 
     def behind(self) -> list[str]:
