@@ -541,8 +541,8 @@ class PeerHandler:
         """A chunk reply that did not reach the peer whole (it gave the request up, or the
         chunk failed to land here): a super-seeding replica no longer counts the peer
         among the chunk's recipients. Counted, it sent later askers of the chunk to a peer
-        that would not have it: a chain head found slow gave up the chunks it had asked
-        the origin for, and the link after it was sent back to it for each."""
+        that would not have it (an endgame copy that lost, or requests a relay link took
+        back, cancelled before they went)."""
         r = reply.replica
         if r is not None and r.seeder is not None:
             r.seeder.unsent(reply.chunk, self.conn.peer or "?")
