@@ -629,7 +629,7 @@ class Hub:
 
     def _lagging(self, key: ShardKey, version: int, name: str) -> bool:
         """Does ``name`` advertise (key, version) as a relay link that fell behind?"""
-        held = self.gossip.core.holders.holders(key, version).get(name)
+        held = self.gossip.core.holders.holding(key, version, name)
         return held is not None and held.lagging
 
     def _near(self, name: str) -> bool:

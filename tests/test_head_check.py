@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from tensorhub.core.manifest import Manifest
 from tensorhub.core.naming import ShardKey
 from tensorhub.core.swarm import ChunkPlanner, PlannerConfig, Request
 from tensorhub.core.swarm.headcheck import HEAD_CHUNKS, HeadCheck
@@ -327,18 +328,9 @@ async def test_an_origin_told_a_head_is_behind_sends_no_asker_to_it() -> None:
         origin.serve("m", 1, sd, chunk_size=256 << 10, super_seed=10.0, seed_spare=False)
         up = await head.peer(origin.address)
         manifest = await up.get_manifest("m", 1)
-
-        def empty() -> Replica:
-            return Replica(
-                "m",
-                1,
-                manifest,
-                TensorBytes.for_destination(manifest, empty_like_manifest(manifest)),
-            )
-
-        await up.get_chunk(empty(), 0)  # the head got chunk 0: the origin names it for 0
+        await up.get_chunk(_replica_of(manifest), 0)  # the head got 0: the origin names it
         asker = await second.peer(origin.address)
-        mine = empty()
+        mine = _replica_of(manifest)
         try:
             await asker.get_chunk(mine, 0)
             raise AssertionError("the origin served a second copy at once")
@@ -354,3 +346,50 @@ async def test_an_origin_told_a_head_is_behind_sends_no_asker_to_it() -> None:
     finally:
         for n in (origin, head, second):
             await n.close()
+
+
+async def test_an_origin_whose_holder_view_says_a_head_lags_sends_no_asker_to_it() -> None:
+    """The other way an origin learns it (ClusterView.lagging: the head advertises itself
+    lagging, a gossip round later): it serves rather than send an asker to the head."""
+    from tensorhub.core.errors import Refused
+    from tensorhub.dataplane.view import Unaware
+
+    class Said(Unaware):
+        def __init__(self) -> None:
+            self.lags: set[str] = set()
+
+        def lagging(self, key: ShardKey, version: int, name: str) -> bool:
+            return (key, version) == ("m", 1) and name in self.lags
+
+    g = torch.Generator().manual_seed(7)
+    sd = {"w": torch.randn(1 << 18, generator=g)}
+    origin = await Node.start("origin", secret=SECRET)
+    head = await Node.start("head", secret=SECRET)
+    second = await Node.start("second", secret=SECRET)
+    routed(origin, head, second)
+    view = origin.view = Said()
+    try:
+        origin.serve("m", 1, sd, chunk_size=256 << 10, super_seed=10.0, seed_spare=False)
+        up = await head.peer(origin.address)
+        manifest = await up.get_manifest("m", 1)
+        await up.get_chunk(_replica_of(manifest), 0)
+        asker = await second.peer(origin.address)
+        mine = _replica_of(manifest)
+        try:
+            await asker.get_chunk(mine, 0)
+            raise AssertionError("the origin served a second copy at once")
+        except Refused as redirect:
+            assert redirect.holders == ["head"]
+        view.lags = {"head"}
+        await asker.get_chunk(mine, 0)
+        assert mine.have[0]
+    finally:
+        for n in (origin, head, second):
+            await n.close()
+
+
+def _replica_of(manifest: Manifest) -> Replica:
+    """An empty replica of version 1 of "m", into fresh tensors."""
+    return Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+    )

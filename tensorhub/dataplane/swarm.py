@@ -542,11 +542,12 @@ class _Driver:
     def _tell_behind(self, source: str) -> None:
         """Our head check found ``source``, the chain's head, slow: tell it so."""
         key, version = self.replica.key, self.replica.version
-        head = self.node.peer_name(source)
         told = self.node.tell_behind(source, key, version)
-        for addr, src in self.session.planner.sources.items():
-            if src.origin and head:  # (it sends no one to the head from now on: Behind.who)
-                self.node.tell_behind(addr, key, version, who=head)
+        head = self.node.peer_name(source)
+        if head:  # the origins send no one to it from now on (Behind.who)
+            for addr, src in self.session.planner.sources.items():
+                if src.origin:
+                    self.node.tell_behind(addr, key, version, who=head)
         log.info(
             "%s v%d: the relay chain's head %s is slower than the origin could feed this "
             "node; %s, and this node relays from the origin",

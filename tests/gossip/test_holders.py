@@ -27,8 +27,11 @@ def test_the_view_lists_holders_with_what_each_holds() -> None:
     hs = view.holders("policy", 3)
     assert {n for n, h in hs.items() if h.has(2)} == {"same_rack", "same_dc", "far", "busy_rack"}
     assert hs["partial"].has(0) and not hs["partial"].complete and hs["far"].complete
+    assert view.holding("policy", 3, "partial") == hs["partial"]
+    assert view.holding("policy", 3, "nobody") is None and view.holding("x", 1, "far") is None
     view.update("far", hold_key("policy", 3), None)
     assert "far" not in view.holders("policy", 3)
+    assert view.holding("policy", 3, "far") is None
     view.forget("same_dc")
     assert set(view.holders("policy", 3)) == {"same_rack", "busy_rack", "partial"}
     assert view.versions() == [("policy", 3)]

@@ -135,6 +135,11 @@ class HolderView:
     def holders(self, model: str, version: int) -> dict[str, Holding]:
         return dict(self._by_version.get((model, version), {}))
 
+    def holding(self, model: str, version: int, node: str) -> Holding | None:
+        """``node``'s advertisement of (model, version), if any: one lookup, no copy of
+        every holder's (an origin asks it of a chunk's recipients at each request)."""
+        return self._by_version.get((model, version), {}).get(node)
+
     def versions(self) -> list[tuple[str, int]]:
         return sorted(self._by_version)
 

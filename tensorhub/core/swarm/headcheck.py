@@ -111,7 +111,7 @@ class HeadCheck:
     def skip(self, head: str) -> None:
         """``head`` will not be checked in this fetch (no probe could be asked: no origin
         with room, no chunk far enough ahead): a lag verdict that waits on the check
-        (ChunkPlanner._note_lag) goes ahead."""
+        (ChunkPlanner._head_first) goes ahead."""
         self._checked.add(head)
 
     def sent(self, head: str, chunk: int, now: int, pace: float) -> None:
