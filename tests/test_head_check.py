@@ -63,8 +63,9 @@ def test_a_probe_that_shares_the_origins_uplink_clears_the_head() -> None:
 
 def test_no_probe_on_an_unsteady_pace_a_fast_one_or_a_failed_one() -> None:
     settling = HeadCheck()
-    for t in (0, 10, 20, 30, 33, 36, 39, 42):  # a link that just moved: slow, then not
-        settling.arrived(t)
+    for i in range(HEAD_CHUNKS):  # a link that just moved: slow, then not
+        half = HEAD_CHUNKS // 2
+        settling.arrived(10 * i if i <= half else 10 * half + 3 * (i - half))
     assert settling.pace() is None
     fast = HeadCheck()
     _timed(fast, 1.0)  # a loopback: a chunk a tick, timed too coarsely to compare

@@ -30,12 +30,26 @@ from __future__ import annotations
 
 from collections import deque
 
-HEAD_CHUNKS = 8
-"""The head's chunks timed before the check (their mean spacing is the chain's pace)."""
-HEAD_MIN_TICKS = 2
+HEAD_CHUNKS = 4
+"""The head's chunks timed before the check (their mean spacing is the chain's pace). The
+verdict's delay is what a slow head costs every link after it: timing 8, the verdict
+came 80 ticks in (11 chunks at half rate) and the healthy links took 1.25x one copy
+(simulated, bench/linerate.py --case slow --victim 1, N=4, 256 MiB); timing 4, 1.19x.
+Fewer timed chunks misjudge a head whose uplink was shared a while (the chain forming
+after staggered starts) unless its pace during the probe is held against it too
+(:meth:`HeadCheck.landed`)."""
+HEAD_MIN_TICKS = 3
 """...at no less than this many ticks each: a chunk faster than a couple of ticks (a
 loopback, a fast NIC at 4 MiB) is timed too coarsely to compare with one copy's time, and
 a fetch that fast does not need the check."""
+HEAD_SETTLE = 20
+"""Ticks after a link began relaying from its upstream before the head's chunks are timed:
+while the chain forms, links that began before their upstreams relay from the head for
+a while, and the head's pace is a share of its uplink (simulated with one measured
+round's starts, 3.3 ms apart: the head's first chunks came at half pace until tick 25;
+timed from tick 10, a healthy head was told it was slow, 2.0x one copy)."""
+HEAD_MIN_MISSING = 32
+"""Chunks still missing for the check to be worth the probe's chunk time."""
 HEAD_WAIT = 50
 """Ticks a link falling behind the head waits, for enough of the head's chunks to time a
 probe against, before it judges itself lagging without the check (ChunkPlanner.
@@ -53,9 +67,11 @@ class HeadCheck:
     The planner says when chunks arrive, asks :meth:`due` before each plan, sends the
     probe it is given leave for, and reports how it ended."""
 
-    def __init__(self) -> None:
-        self._arrivals: deque[int] = deque(maxlen=HEAD_CHUNKS)  # ticks, from the upstream
+    def __init__(self, chunks: int = HEAD_CHUNKS) -> None:
+        self._chunks = chunks  # timed before the probe (HEAD_CHUNKS)
+        self._arrivals: deque[int] = deque(maxlen=chunks)  # ticks, from the upstream
         self._probe: tuple[str, int, int, float] | None = None  # (head, chunk, sent, pace)
+        self._during: list[int] = []  # the head's last arrival before the probe, and since
         self._checked: set[str] = set()  # upstreams checked (or being checked)
         self._waiting_since: int | None = None  # a lag verdict waits for timed chunks
         self.verdicts = 0  # heads found slow (for a test or a log)
@@ -67,13 +83,15 @@ class HeadCheck:
     def arrived(self, now: int) -> None:
         """A chunk from our upstream landed at tick ``now``."""
         self._arrivals.append(now)
+        if self._probe is not None:
+            self._during.append(now)
 
     def checked(self, head: str) -> bool:
         """Was ``head`` checked (or is it being checked) in this fetch?"""
         return head in self._checked
 
     def pace(self, falling: bool = False) -> float | None:
-        """Ticks per chunk of the upstream's last ``HEAD_CHUNKS``, if timed well enough:
+        """Ticks per chunk of the upstream's last ``chunks``, if timed well enough:
         each at least ``HEAD_MIN_TICKS``, and steady (the two halves within ``STEADY``
         of each other). A link ``falling`` behind its head needs half as many: it asks at
         once whose the slowness is (its own lag verdict waits on it).
@@ -84,7 +102,7 @@ class HeadCheck:
         bench/linerate.py --case slow --victim 2: the new head was told it was slow and
         moved to the tail, 1.37x one copy where 1.19x is the rule's)."""
         a = self._arrivals
-        if len(a) < (max(3, HEAD_CHUNKS // 2) if falling else HEAD_CHUNKS):
+        if len(a) < (max(3, self._chunks // 2) if falling else self._chunks):
             return None
         half = len(a) // 2
         first = (a[half] - a[0]) / half
@@ -118,19 +136,30 @@ class HeadCheck:
         """The probe for ``chunk`` went to the origin at tick ``now``."""
         self._checked.add(head)
         self._probe = (head, chunk, now, pace)
+        self._during = [self._arrivals[-1] if self._arrivals else now]
 
     def landed(self, chunk: int, now: int) -> str | None:
         """``chunk`` landed at tick ``now``: the head found slow, if it was the probe and
-        came fast enough."""
+        came within ``SLOW_HEAD`` of the head's pace both before the probe and while it was
+        out. A slow head keeps its pace while the probe is out (the origin's uplink had
+        room for both); a head whose pace before was held down by something that has
+        passed (its uplink shared while the chain formed) comes faster meanwhile, and is
+        cleared."""
         probe = self._probe
         if probe is None or probe[1] != chunk:
             return None
         self._probe = None
         head, _, sent, pace = probe
-        if now - sent < SLOW_HEAD * pace:
+        if now - sent < SLOW_HEAD * min(pace, self._pace_during(now)):
             self.verdicts += 1
             return head
         return None
+
+    def _pace_during(self, now: int) -> float:
+        """Ticks per chunk of the head while the probe was out, from its last chunk before
+        the probe; with none since, the time since that one (its pace is no faster)."""
+        d = self._during
+        return (d[-1] - d[0]) / (len(d) - 1) if len(d) > 1 else float(now - d[0])
 
     def failed(self, chunk: int) -> None:
         """The probe for ``chunk`` (if it was one) got no copy: no verdict."""

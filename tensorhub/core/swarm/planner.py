@@ -58,7 +58,7 @@ from typing import Final, NamedTuple, Protocol
 import xxhash
 
 from ..gossip.holders import SAME_RACK
-from .headcheck import HEAD_CHUNKS, HEAD_WAIT, HeadCheck
+from .headcheck import HEAD_CHUNKS, HEAD_MIN_MISSING, HEAD_SETTLE, HEAD_WAIT, HeadCheck
 
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
@@ -180,6 +180,9 @@ class PlannerConfig:
     """``relay``: the link after the chain's head checks whether the head is slower than
     the origin could feed it (``headcheck``). Costs a healthy chain about one chunk time;
     off (``node:planner.head_check=false``), a slow head holds every link to its pace."""
+    head_chunks: int = HEAD_CHUNKS
+    """``head_check``: how many of the head's chunks are timed before the probe (see
+    ``HEAD_CHUNKS``; ``node:planner.head_chunks=8`` is the rule of session 28)."""
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -393,7 +396,7 @@ class ChunkPlanner:
         self._relay_skipped = False  # our upstream is not the link just before us
         self._lag_seen: tuple[int, int, int] | None = None  # (tick, lag, its chunks) then
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
-        self._head = HeadCheck()  # relay: is our upstream, the chain's head, slow? (headcheck)
+        self._head = HeadCheck(self.cfg.head_chunks)  # relay: is the head slow? (headcheck)
         self._behind: list[str] = []  # heads found slow, for the session to tell
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -1343,7 +1346,7 @@ class ChunkPlanner:
         pace, and the chain after us waited on it, in order (simulated: the links after
         the new head at 1.27x one copy, the new head itself at 1.18x; taken back, both
         1.24-1.25x, and at 250 Mbit/s 1.22x instead of 1.35x)."""
-        settled = max(self._relay_since, self._began or 0) + RELAY_START_WAIT
+        settled = max(self._relay_since, self._began or 0) + HEAD_SETTLE
         if source == self._relay_up and self.now >= settled:
             self._head.arrived(self.now)  # (not while the chain settles: see HeadCheck.pace)
         slow = self._head.landed(chunk, self.now)
@@ -1373,7 +1376,7 @@ class ChunkPlanner:
             and not src.origin
             and up not in self._full
             and not self._lagging
-            and self._missing >= 4 * HEAD_CHUNKS  # (the probe's chunk time is worth it)
+            and self._missing >= HEAD_MIN_MISSING  # (the probe's chunk time is worth it)
             and not self._head.checked(up)
         )
 
