@@ -61,6 +61,28 @@ def test_a_probe_that_shares_the_origins_uplink_clears_the_head() -> None:
     assert check.verdicts == 0 and check.due("a") is None
 
 
+def test_a_head_that_comes_faster_while_the_probe_is_out_is_cleared() -> None:
+    """Its pace before the probe was held down by something that passed (its uplink shared
+    with a link that relayed from it while the chain formed): the probe came at that pace,
+    but so did two of the head's chunks in half the time meanwhile. A slow head keeps its
+    pace then (the origin's uplink had room for both)."""
+    shared = HeadCheck()
+    _timed(shared, 7.0)  # 100, 107, 114, 121
+    pace = shared.due("a")
+    assert pace is not None
+    shared.sent("a", 63, 122, pace)
+    shared.arrived(125)
+    shared.arrived(128)
+    assert shared.landed(63, 129) is None and shared.verdicts == 0
+    slow = HeadCheck()
+    _timed(slow, 7.0)
+    pace = slow.due("a")
+    assert pace is not None
+    slow.sent("a", 63, 122, pace)
+    slow.arrived(128)
+    assert slow.landed(63, 129) == "a"  # 7 ticks a chunk before and meanwhile
+
+
 def test_no_probe_on_an_unsteady_pace_a_fast_one_or_a_failed_one() -> None:
     settling = HeadCheck()
     for i in range(HEAD_CHUNKS):  # a link that just moved: slow, then not
