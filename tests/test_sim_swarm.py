@@ -171,13 +171,15 @@ def test_the_links_after_a_half_rate_receiver_finish_within_1_2x_one_copy() -> N
     finish within 1.19x; judged on its fall since it began (until session 25), 21 of its
     upstream's chunks in, and 1.24x (measured at N=4: 1.30x). Since session 28 1.207x:
     the second link's head check (``headcheck``) costs the chain one chunk time of the
-    64, and the bound is 1.21x."""
+    64. Since session 29 1.146x: the slow link gives back what it had asked its upstream
+    for as it moves to the tail (``PlannerConfig.lag_gives_back``); left asked, those
+    chunks shared the upstream's uplink with the link after it."""
     from sim.fanout import predict_each
     from tensorhub.core.swarm.presets import NODE
 
     times = predict_each(8, 256 << 20, 1000.0, 4 << 20, NODE, seed=1, rates={5: 500.0})
     print("each receiver / one copy:", [round(t, 3) for t in times])
-    assert max(t for i, t in enumerate(times, 1) if i != 5) < 1.21
+    assert max(t for i, t in enumerate(times, 1) if i != 5) < 1.16
 
 
 def test_a_relay_chain_runs_around_a_half_rate_receiver_at_250_mbit() -> None:
