@@ -1448,7 +1448,9 @@ class ChunkPlanner:
         head): from anyone else it is stale news. Whether we moved."""
         up = self._relay_up
         src = self.sources.get(up) if up is not None else None
-        if not self.relay or self.lagging or self.done or src is None or not src.origin:
+        if up is None or src is None or not src.origin:
+            return False
+        if not self.relay or self.lagging or self.done:
             return False
         self._changes += 1
         self._effects += 1
