@@ -254,6 +254,46 @@ def test_requests_the_planner_takes_back_are_abandoned_with_the_refusal() -> Non
     assert s.copies(1) == 1 and s.copies(0) == 1
 
 
+class _AsksAgain(ChunkPlanner):
+    """A planner whose next plan takes back what it asked ``n1`` and asks ``n1`` for the
+    first of those chunks again (a lag verdict whose tail is the old upstream did this:
+    bench/linerate.py --case slow). The session's bookkeeping is what is tested; the
+    planner's own rule no longer does it (``_give_back``)."""
+
+    def __init__(self) -> None:
+        super().__init__("me", 8, random.Random(0), PlannerConfig(per_source=2, total=2))
+        self.turn = False
+
+    def next_requests(self) -> list[Request]:
+        if not self.turn:
+            return super().next_requests()
+        self.turn = False
+        asked = sorted(c for c, st in self._chunks.items() if "n1" in st.requested)
+        self._take_back("n1")
+        return [self._request("n1", asked[0], duplicate=False)]
+
+
+def test_a_request_taken_back_and_asked_again_at_once_stays_one_live_request() -> None:
+    """Regression: the new, equal request took the live one's phase; the driver, told to
+    abandon the old, cancelled the new one's task, and the old one's reply then landed
+    unknown to the session (KeyError in the node's driver, the fetch failed). Now the
+    live request goes on, unabandoned, and only the other is abandoned, after the sends."""
+    p = _AsksAgain()
+    s = FetchSession(p)
+    p.set_source("n1", 1, range(8))
+    first = sorted(sent(s.requests(0.0)), key=lambda r: r.chunk)
+    assert len(first) == 2 and all(r.source == "n1" for r in first)
+    kept, other = first
+    s.receiving(kept, 0.1)
+    p.turn = True
+    acts = s.requests(0.2)
+    assert Abandon(kept) not in acts and Send(kept) not in acts
+    assert Abandon(other) in acts
+    assert s.phase[kept] is Phase.RECEIVING and s.issued_at[kept] == 0.0
+    assert s.verified(kept) == [Settle(kept.chunk, True)]  # it lands as the live request
+    assert p.have[kept.chunk] and s.copies(kept.chunk) == 0
+
+
 def test_a_gone_sources_request_in_flight_stays_on_the_books_and_loses_to_a_twin() -> None:
     """A source the holder view lists no more (it unpublished) finishes its uploads under
     way, so its request stays booked: its chunk is not asked again as a first copy, and if

@@ -270,6 +270,17 @@ def test_a_link_judging_itself_lagging_gives_back_what_it_asked_its_upstream() -
     assert p.sources["a"].inflight == 0  # none left asked
 
 
+def test_a_laggard_still_relaying_from_its_upstream_gives_nothing_back() -> None:
+    """Chain o -> a -> b: b falls behind a and moves to the tail, which is a: it relays
+    from a still, and what it asked a stays asked (given back, the same chunks were asked
+    again at once, cut and sent twice)."""
+    p = _second_link()
+    p.suspend("o", 10_000)
+    _falling_behind(p)
+    assert p.lagging and p.taken_back() == []
+    assert p.sources["a"].inflight > 0
+
+
 def test_a_chunk_held_alone_ahead_is_not_how_far_a_link_got() -> None:
     p = _second_link()
     for c in (0, 1, 2, 63):

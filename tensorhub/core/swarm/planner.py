@@ -1265,8 +1265,7 @@ class ChunkPlanner:
             return
         self._effects += 1
         self._lagging.add(self.me)
-        if self.cfg.lag_gives_back:
-            self._take_back(up)
+        self._give_back(up)
 
     def _head_first(self, up: str, src: SourceInfo) -> bool:
         """Does our lag verdict wait on the head check? Our upstream is the chain's first
@@ -1345,6 +1344,14 @@ class ChunkPlanner:
         for r in self._forget_requests(source):
             self._taken_back.append(r)
             self._release(source)
+
+    def _give_back(self, up: str) -> None:
+        """We just moved to the chain's tail: what we asked ``up``, our upstream until now,
+        goes back to the pool (``PlannerConfig.lag_gives_back``), unless we relay from it
+        still (the tail is the link before us: asked again, the same chunks would be cut
+        and sent twice)."""
+        if self.cfg.lag_gives_back and self._upstream() != up:
+            self._take_back(up)
 
     def _timed(self, chunk: int, source: str) -> None:
         """``chunk`` landed from ``source``: the chain's pace, and the head check's probe
@@ -1455,10 +1462,9 @@ class ChunkPlanner:
         self._changes += 1
         self._effects += 1
         self._lagging.add(self.me)
-        if self.cfg.lag_gives_back:
-            # (Until the origin skipped laggards, this stalled the simulated chain after
-            # us, 2.0-2.9x one copy: the origin sent the new head back to us.)
-            self._take_back(up)
+        # (Given back before the origin skipped laggards, the simulated chain after us
+        # stalled, 2.0-2.9x one copy: the origin sent the new head back to us.)
+        self._give_back(up)
         return True
 
     def behind(self) -> list[str]:
