@@ -783,6 +783,31 @@ def test_a_relay_link_told_of_its_upstream_in_bursts_still_judges_itself_lagging
     assert ours < 40  # and early: each chunk of lag costs the chain after it
 
 
+def test_a_relay_link_told_of_its_upstream_every_20_ticks_is_judged_as_soon_as_news_allows() -> None:
+    """bench/linerate.py --case slow, traced: the half-rate link heard of its upstream's
+    chunks in bursts (behind the chunk data queued on its slow link), and between two
+    bursts its gap seemed to shrink by what it gained meanwhile: the look at whether it
+    kept falling behind began again, and its verdict came 12 chunks in here (11-13 in
+    the namespaces), the links after it at its pace meanwhile. A look now waits for news
+    before it lets the gap shrink: 9 chunks in."""
+    p = _relay_n5(n=256)
+    up, ours, inflight = 1, 0, []
+    for step in range(400):
+        if step % 3 == 0:
+            up += 1  # it gains a chunk every 3 ticks, we one every 7
+        if step % 20 == 0:
+            p.set_source("n4", 1, range(min(p.num_chunks, up)))
+        inflight += p.next_requests()
+        if step % 7 == 0 and inflight:
+            r = inflight.pop(0)
+            p.received(r.chunk, r.source)
+            ours += 1
+        p.tick()
+        if p.lagging:
+            break
+    assert p.lagging and ours <= 9, ours
+
+
 def test_a_relay_link_held_up_while_the_chain_forms_is_not_lagging() -> None:
     """bench/linerate.py, a healthy 1 GiB round of session 21 (lag_chunks 4): while the
     chain formed, five links that held 0-3 chunks saw their upstreams far ahead and took
