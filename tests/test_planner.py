@@ -783,7 +783,7 @@ def test_a_relay_link_told_of_its_upstream_in_bursts_still_judges_itself_lagging
     assert ours < 40  # and early: each chunk of lag costs the chain after it
 
 
-def test_a_relay_link_told_of_its_upstream_every_20_ticks_is_judged_as_soon_as_news_allows() -> None:
+def test_a_relay_link_told_of_its_upstream_every_20_ticks_is_judged_when_news_allows() -> None:
     """bench/linerate.py --case slow, traced: the half-rate link heard of its upstream's
     chunks in bursts (behind the chunk data queued on its slow link), and between two
     bursts its gap seemed to shrink by what it gained meanwhile: the look at whether it
