@@ -134,6 +134,11 @@ class _Node:
     news_pending: bool = False  # a peer's news arrived: plan at the next tick
     seen_tick: int = -1  # the planner tick its sources were last marked seen
     inflight: dict[Request, Transfer | None] = field(default_factory=dict)
+    issue: dict[Request, int] = field(default_factory=dict)
+    """Which sending of each request in flight is the live one: the session may abandon a
+    request and ask the same again (an equal Request) while the first is still queued at
+    its source; the node tells them apart by request id, and every event of a sending
+    here carries its number (a stale one is a reply to a request given up)."""
     parked: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     starting: dict[int, list[Callable[[], None]]] = field(default_factory=dict)
     """Requests parked until a chunk begins to land here (cut-through without early
@@ -229,6 +234,7 @@ class Swarm:
         self.nodes: dict[str, _Node] = {}
         self.origins = list(origins)
         self._tickets = 0
+        self._issues = 0  # (numbers each sending of a request: _Node.issue)
         # The holder view lists them no more (dead, withdrawn): one frozenset, replaced on a
         # change, so each planner sees the same object and skips it (seen_all_but) until then.
         self._unlisted: frozenset[str] = frozenset()
@@ -360,6 +366,7 @@ class Swarm:
                 self.net.cancel(t)
                 self._release(r.source, name)  # the sender's slot was ours
         node.inflight.clear()
+        node.issue.clear()
         for c in list(node.parked):
             node.settle(c)  # they find it dead
         # What it was sending or had queued stops too; each receiver finds out after the
@@ -371,7 +378,8 @@ class Swarm:
                     if t is not None:
                         self.net.cancel(t)
                     other.inflight[r] = None
-                    self.e.later(self.c.latency(name, f), functools.partial(self._lost, f, r))
+                    lost = functools.partial(self._lost, f, r, other.issue.get(r))
+                    self.e.later(self.c.latency(name, f), lost)
 
     def withdraw(self, name: str, drained: Callable[[], None] | None = None) -> None:
         """``name`` lets go of the version, as ``Hub.unpublish`` does (or a fetch of the
@@ -454,8 +462,8 @@ class Swarm:
         else:
             self.on_replicated = then
 
-    def _lost(self, f: str, r: Request) -> None:
-        self._failed(f, r, Outcome.LOST)
+    def _lost(self, f: str, r: Request, n: int | None) -> None:
+        self._failed(f, r, Outcome.LOST, n=n)
 
     @property
     def done(self) -> bool:
@@ -498,14 +506,14 @@ class Swarm:
 
             self.e.later(ticks * self.tick, wake)
 
-    def _serve(self, s: str, f: str, r: Request) -> None:
+    def _serve(self, s: str, f: str, r: Request, n: int) -> None:
         src, c = self.nodes[s], r.chunk
         back = self.c.latency(s, f)
         if src.dead:  # the connection breaks
-            self.e.later(back, lambda: self._failed(f, r, Outcome.LOST))
+            self.e.later(back, lambda: self._failed(f, r, Outcome.LOST, n=n))
             return
         if src.withdrawn:
-            self._refuse_withdrawn(f, r, back)
+            self._refuse_withdrawn(f, r, back, n)
             return
         hosts = self.c.hosts
         src.seeder = holder_seeder(src.seeder, self.cfg.chunks, self._spread_after)
@@ -537,7 +545,7 @@ class Swarm:
         if src.started is None and not any(src.have):
             # As the node: one that has not begun its fetch holds no replica of the version
             # ("unknown version"), which a relay's downstream reads as a link not started.
-            self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN))
+            self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, n=n))
             return
         cut = self.cfg.cut_through
         # (Nor may s pass on bytes that f itself is passing to it: once their real source
@@ -555,12 +563,12 @@ class Swarm:
         )
         if d.verdict is Verdict.PARK:  # answer once it lands (cut through) or has arrived
             (src.starting if cut else src.parked).setdefault(c, []).append(
-                lambda: self._serve(s, f, r)
+                lambda: self._serve(s, f, r, n)
             )
             return
         if d.verdict is not Verdict.SERVE:
             outcome = _OUTCOME[d.verdict]
-            self.e.later(back, lambda: self._failed(f, r, outcome, d.holders))
+            self.e.later(back, lambda: self._failed(f, r, outcome, d.holders, n))
             return
         asker = self.nodes[f].planner
         if src.seeder is not None and (asker is None or asker.onward(r)):
@@ -568,22 +576,22 @@ class Swarm:
         self._tickets += 1
         ticket = self._tickets
 
-        go = functools.partial(self._upload, s, f, r, back)
+        go = functools.partial(self._upload, s, f, r, back, n)
         if src.slots.request(f, ticket):
             go()
         else:
             src.queued[ticket] = go
 
-    def _upload(self, s: str, f: str, r: Request, back: float) -> None:
+    def _upload(self, s: str, f: str, r: Request, back: float, n: int) -> None:
         """``s`` has an upload slot for ``f``'s request ``r``: start its bytes (with the
         reply's latency), unless one of them is gone or ``s`` let go while it waited."""
         src, c = self.nodes[s], r.chunk
         if src.dead or src.withdrawn or self.nodes[f].dead:
             self._release(s, f)
             if src.withdrawn:  # it let go while the request waited for a slot
-                self._refuse_withdrawn(f, r, back)
+                self._refuse_withdrawn(f, r, back, n)
             return
-        if r not in self.nodes[f].inflight:
+        if self.nodes[f].issue.get(r) != n:
             # Abandoned while queued here: the node's Cancel reached us first, so its
             # bytes never go, and we count the asker no recipient of the chunk.
             self._release(s, f)
@@ -596,7 +604,7 @@ class Swarm:
         t = self.net.start(
             self.c.path(s, f),
             self.chunk_bytes,
-            lambda: self._delivered(s, f, r),
+            lambda: self._delivered(s, f, r, n),
             latency=back,
             tag=f"{s}>{f}",
             upstream=feed,
@@ -611,7 +619,7 @@ class Swarm:
                 self.e.later(self.cfg.hint_delay, lambda: self._announce(f, c))
             fetcher.landing(c)
 
-    def _refuse_withdrawn(self, f: str, r: Request, back: float) -> None:
+    def _refuse_withdrawn(self, f: str, r: Request, back: float, n: int) -> None:
         """Answer "unknown version" (a request sent before the withdrawal reached ``f``),
         naming a live holder of the chunk, as :meth:`_forget` does: the real holder view
         lists every holder of the version, where a simulated fetcher knows only its
@@ -619,7 +627,7 @@ class Swarm:
         datacenter's fetchers (a livelock: cross-DC, seed 1)."""
         h = self._pick_holder(f, r.chunk)
         found = (h,) if h is not None else ()
-        self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, found))
+        self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, found, n))
 
     def _feeds(self, f: str, s: str, c: int) -> bool:
         """Do ``s``'s bytes of chunk ``c`` come, through a chain of cut-through requests,
@@ -669,13 +677,14 @@ class Swarm:
         if src.withdrawn:
             self._maybe_drained(src)
 
-    def _settle(self, f: str, r: Request) -> FetchSession | None:
-        """The reply to ``r`` arrived at ``f``: its fetch session, if the request still
-        matters."""
+    def _settle(self, f: str, r: Request, n: int | None) -> FetchSession | None:
+        """The reply to ``r`` (its sending ``n``, see _Node.issue) arrived at ``f``: its
+        fetch session, if the request still matters."""
         node = self.nodes[f]
-        if node.dead or r not in node.inflight:
+        if node.dead or r not in node.inflight or node.issue.get(r) != n:
             return None  # f died, or abandoned r (an endgame loser still delivered)
         del node.inflight[r]
+        del node.issue[r]
         return node.session
 
     def _perform(self, f: str, actions: list[Action]) -> None:
@@ -685,10 +694,12 @@ class Swarm:
             if isinstance(a, Send):
                 r = a.request
                 node.inflight[r] = None
-                self.e.later(
-                    self.c.latency(f, r.source), functools.partial(self._serve, r.source, f, r)
-                )
+                self._issues += 1
+                node.issue[r] = self._issues
+                serve = functools.partial(self._serve, r.source, f, r, self._issues)
+                self.e.later(self.c.latency(f, r.source), serve)
             elif isinstance(a, Abandon):
+                node.issue.pop(a.request, None)
                 t = node.inflight.pop(a.request, None)
                 if t is not None:
                     self.net.cancel(t)
@@ -711,38 +722,38 @@ class Swarm:
         if live and node.session is not None and node.session.told_behind():
             self._pump(s)
 
-    def _delivered(self, s: str, f: str, r: Request) -> None:
+    def _delivered(self, s: str, f: str, r: Request, n: int) -> None:
         self._release(s, f)
         src = self.nodes[s]
         src.last_sent = self.e.now
         if src.dead and not src.have[r.chunk]:
-            self._failed(f, r, Outcome.LOST)  # it died before the rest of the chunk reached it
+            self._failed(f, r, Outcome.LOST, n=n)  # it died before the rest reached it
             return
         if not src.have[r.chunk]:
             if not any(q.chunk == r.chunk for q in src.inflight):
                 # s lost its source before we caught up (our flow outran a cancelled
                 # upstream): nothing will settle the chunk at s, so do not wait for it.
-                self._failed(f, r, Outcome.NOT_YET)
+                self._failed(f, r, Outcome.NOT_YET, n=n)
                 return
             # Cut through: our bytes are here, the rest of the chunk is still on its way to
             # s; the request stays in flight (no flow, no slot) until s has it all.
             node = self.nodes[f]
-            if not node.dead and r in node.inflight:
+            if not node.dead and node.issue.get(r) == n:
                 node.inflight[r] = None
-                src.parked.setdefault(r.chunk, []).append(lambda: self._upstream(s, f, r))
+                src.parked.setdefault(r.chunk, []).append(lambda: self._upstream(s, f, r, n))
             return
-        self._arrived(s, f, r)
+        self._arrived(s, f, r, n)
 
-    def _upstream(self, s: str, f: str, r: Request) -> None:
+    def _upstream(self, s: str, f: str, r: Request, n: int) -> None:
         """The chunk ``f`` cut through from ``s`` settled at ``s``: complete, or lost."""
         src = self.nodes[s]
         if src.have[r.chunk]:
-            self._arrived(s, f, r)
+            self._arrived(s, f, r, n)
         else:  # s lost it (died, or its own source failed): so did f
-            self._failed(f, r, Outcome.LOST if src.dead else Outcome.NOT_YET)
+            self._failed(f, r, Outcome.LOST if src.dead else Outcome.NOT_YET, n=n)
 
-    def _arrived(self, s: str, f: str, r: Request) -> None:
-        session = self._settle(f, r)
+    def _arrived(self, s: str, f: str, r: Request, n: int) -> None:
+        session = self._settle(f, r, n)
         if session is None:
             return
         node = self.nodes[f]
@@ -794,8 +805,15 @@ class Swarm:
             self.nodes[g].news_pending = False
             self._pump(g)
 
-    def _failed(self, f: str, r: Request, outcome: Outcome, holders: tuple[str, ...] = ()) -> None:
-        session = self._settle(f, r)
+    def _failed(
+        self,
+        f: str,
+        r: Request,
+        outcome: Outcome,
+        holders: tuple[str, ...] = (),
+        n: int | None = None,
+    ) -> None:
+        session = self._settle(f, r, n)
         if session is None:
             return
         found = [(h, self.c.tier(f, h)) for h in holders if h != f and h in self.nodes]
