@@ -946,6 +946,28 @@ def test_laggards_chain_behind_the_tail_each_from_one_ahead_of_it() -> None:
     assert ("n5", first.chunk) in q._blocked
 
 
+def test_a_laggard_relays_from_the_laggard_ahead_of_it_whatever_its_name() -> None:
+    """bench/linerate.py --case slow, 2 rounds of 9: r3 (half rate) judged itself lagging
+    12 chunks in, then r4, healthy, 20 in (its fall was r3's moving away). In name order
+    r4 came after r3, which was not ahead of it, and r3 had no laggard before it: both
+    relayed from the tail, r2, and r4 got half its uplink (1.9x one copy). Now r3 relays
+    from r4, the laggard ahead of it, and r4 from the tail."""
+
+    def lagging(me: str, held: int, other: str, its: int) -> set[str]:
+        p = relay_planner(me, n=64, per_source=4)
+        p.set_source("r1", 1, range(40))
+        p.set_source("r2", 1, range(40))
+        p.set_source(other, 1, range(its), lagging=True)  # (the holder view says so)
+        p._lagging.add(me)  # (as _note_lag leaves us)
+        for c in range(held):
+            p.received(c, "r2")
+        return {r.source for r in p.next_requests()}
+
+    assert lagging("r3", 12, "r4", 20) == {"r4"}
+    assert lagging("r4", 20, "r3", 12) == {"r2"}
+    assert lagging("r4", 8, "r3", 12) == {"r3"}  # (r3 ahead of us: it feeds us)
+
+
 def test_a_link_far_behind_us_or_not_begun_is_no_upstream() -> None:
     """A receiver that joins halfway (bench/linerate.py --case late, simulated): before it
     begins it answers "unknown version", after it begins it is far behind. Either way its

@@ -1130,6 +1130,9 @@ class ChunkPlanner:
         skipped = False  # a live link between us and our upstream (see _note_lag)
         before = sorted((n for n in chain if key(n) < mine), key=key, reverse=True)
         self._relay_hops = len(before)  # (links between the origin and us: see RELAY_HOP_WAIT)
+        if mine[0] and (ahead := self._laggard_ahead(chain, held)) is not None:
+            self._relay_skipped = False
+            return ahead
         for name in before:
             src = self.sources.get(name)
             if src is None:  # a member not yet heard of as a holder: it will be one
@@ -1138,8 +1141,8 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
-            if mine[0] and name in self._lagging and src.top + 1 <= held:
-                continue  # a laggard no further than us (the slow one?): not to wait on
+            if mine[0] and name in self._lagging:
+                continue  # (none is ahead of us: _laggard_ahead) to the tail
             if not mine[0] and name not in self._full and src.top + 1 + behind < held:
                 # Far behind us (it joined late, or moved to the tail): it has nothing for
                 # us, and relaying from it would hold us to its pace (simulated, a receiver
@@ -1163,6 +1166,26 @@ class ChunkPlanner:
             if s.origin and s.tier < WAN_TIER and self._usable(s)
         ]
         return min(origins)[1] if origins else None
+
+    def _laggard_ahead(self, chain: set[str], held: int) -> str | None:
+        """We lag: the laggard nearest ahead of us (the fewest chunks of those that hold
+        more than we do), which parks for us what it lacks (GetChunk.lagging); None: the
+        tail. By how far each got, not by name: in name order a slow link judged lagging
+        first and a healthy one judged after it (its fall was the slow one's moving
+        away) both relayed from the tail, the healthy one at half the tail's uplink
+        (bench/linerate.py --case slow, 2 rounds of 9 at 1.9x one copy); the one further
+        ahead now feeds the other. A laggard no further than us (the slow one, perhaps)
+        would hold us to its pace."""
+        ahead = [
+            (src.top, name)
+            for name in chain
+            if name in self._lagging
+            and name != self.me
+            and (src := self.sources.get(name)) is not None
+            and src.top + 1 > held
+            and (self._usable(src) or self._starting(name, src))
+        ]
+        return min(ahead)[1] if ahead else None
 
     @property
     def _lag(self) -> int:
