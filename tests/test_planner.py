@@ -765,22 +765,34 @@ def test_a_relay_link_told_of_its_upstream_in_bursts_still_judges_itself_lagging
     the slow link), each look a wait after the gap crossed LAG_CHUNKS fell between two
     bursts and found it flat, and each time it took the gap for a stall: it never judged
     itself lagging and the chain after it ran at half rate (2.05-2.25x one copy)."""
+    p, ours, upstream_has = _told_in_bursts(its_every=1, ours_every=2, news_every=25, ours_at=1)
+    assert p.lagging, f"never judged itself lagging ({ours} chunks here, {upstream_has} there)"
+    assert ours < 40  # and early: each chunk of lag costs the chain after it
+
+
+def _told_in_bursts(
+    its_every: int, ours_every: int, news_every: int, ours_at: int = 0
+) -> tuple[ChunkPlanner, int, int]:
+    """n5 relays from n4, which gains a chunk every ``its_every`` ticks while one of ours
+    lands every ``ours_every`` (at ticks ``ours_at`` past a multiple); n4's news reaches us
+    every ``news_every`` ticks. Until n5 judges itself lagging (or 400 ticks): the
+    planner, our chunks, n4's."""
     p = _relay_n5(n=256)
     upstream_has, ours, inflight = 1, 0, []
     for step in range(400):
-        upstream_has += 1  # it gains a chunk a tick, we one every other
-        if step % 25 == 0:  # news of it: every 25 ticks
+        if step % its_every == 0:
+            upstream_has += 1
+        if step % news_every == 0:
             p.set_source("n4", 1, range(min(p.num_chunks, upstream_has)))
         inflight += p.next_requests()
-        if step % 2 and inflight:
+        if step % ours_every == ours_at and inflight:
             r = inflight.pop(0)
             p.received(r.chunk, r.source)
             ours += 1
         p.tick()
         if p.lagging:
             break
-    assert p.lagging, f"never judged itself lagging ({ours} chunks here, {upstream_has} there)"
-    assert ours < 40  # and early: each chunk of lag costs the chain after it
+    return p, ours, upstream_has
 
 
 def test_a_relay_link_told_of_its_upstream_every_20_ticks_is_judged_when_news_allows() -> None:
@@ -790,21 +802,7 @@ def test_a_relay_link_told_of_its_upstream_every_20_ticks_is_judged_when_news_al
     kept falling behind began again, and its verdict came 12 chunks in here (11-13 in
     the namespaces), the links after it at its pace meanwhile. A look now waits for news
     before it lets the gap shrink: 9 chunks in."""
-    p = _relay_n5(n=256)
-    up, ours, inflight = 1, 0, []
-    for step in range(400):
-        if step % 3 == 0:
-            up += 1  # it gains a chunk every 3 ticks, we one every 7
-        if step % 20 == 0:
-            p.set_source("n4", 1, range(min(p.num_chunks, up)))
-        inflight += p.next_requests()
-        if step % 7 == 0 and inflight:
-            r = inflight.pop(0)
-            p.received(r.chunk, r.source)
-            ours += 1
-        p.tick()
-        if p.lagging:
-            break
+    p, ours, _ = _told_in_bursts(its_every=3, ours_every=7, news_every=20)
     assert p.lagging and ours <= 9, ours
 
 
