@@ -19,6 +19,7 @@ from tensorhub.core.swarm import ChunkPlanner, PlannerConfig, Request
 from tensorhub.core.swarm.headcheck import HEAD_CHUNKS, HeadCheck
 from tensorhub.core.swarm.presets import NODE, RELAY
 from tensorhub.dataplane.node import Node
+from tensorhub.dataplane.peer import PeerHandler
 from tensorhub.dataplane.store import Replica
 from tensorhub.dataplane.swarm import swarm_fill
 from tensorhub.dataplane.view import Holder
@@ -385,7 +386,6 @@ async def test_an_origin_told_a_head_is_behind_sends_no_asker_to_it() -> None:
     on serves a chunk it sent the head rather than sending the asker there (the head would
     answer "busy" for what it lacks; the holder view says it lags only a gossip round
     later)."""
-    from tensorhub.core.errors import Refused
 
     g = torch.Generator().manual_seed(6)
     sd = {"w": torch.randn(1 << 18, generator=g)}  # 1 MiB in 4 chunks
@@ -394,17 +394,7 @@ async def test_an_origin_told_a_head_is_behind_sends_no_asker_to_it() -> None:
     second = await Node.start("second", secret=SECRET)
     routed(origin, head, second)
     try:
-        origin.serve("m", 1, sd, chunk_size=256 << 10, super_seed=10.0, seed_spare=False)
-        up = await head.peer(origin.address)
-        manifest = await up.get_manifest("m", 1)
-        await up.get_chunk(_replica_of(manifest), 0)  # the head got 0: the origin names it
-        asker = await second.peer(origin.address)
-        mine = _replica_of(manifest)
-        try:
-            await asker.get_chunk(mine, 0)
-            raise AssertionError("the origin served a second copy at once")
-        except Refused as redirect:
-            assert redirect.holders == ["head"]
+        asker, mine = await _sent_to_the_head(origin, head, second, sd)
         assert second.tell_behind(origin.address, ShardKey("m"), 1, who="head")
         deadline = time.monotonic() + 30
         while "head" not in origin.store.get("m", 1).laggards:
@@ -420,7 +410,6 @@ async def test_an_origin_told_a_head_is_behind_sends_no_asker_to_it() -> None:
 async def test_an_origin_whose_holder_view_says_a_head_lags_sends_no_asker_to_it() -> None:
     """The other way an origin learns it (ClusterView.lagging: the head advertises itself
     lagging, a gossip round later): it serves rather than send an asker to the head."""
-    from tensorhub.core.errors import Refused
     from tensorhub.dataplane.view import Unaware
 
     class Said(Unaware):
@@ -438,23 +427,35 @@ async def test_an_origin_whose_holder_view_says_a_head_lags_sends_no_asker_to_it
     routed(origin, head, second)
     view = origin.view = Said()
     try:
-        origin.serve("m", 1, sd, chunk_size=256 << 10, super_seed=10.0, seed_spare=False)
-        up = await head.peer(origin.address)
-        manifest = await up.get_manifest("m", 1)
-        await up.get_chunk(_replica_of(manifest), 0)
-        asker = await second.peer(origin.address)
-        mine = _replica_of(manifest)
-        try:
-            await asker.get_chunk(mine, 0)
-            raise AssertionError("the origin served a second copy at once")
-        except Refused as redirect:
-            assert redirect.holders == ["head"]
+        asker, mine = await _sent_to_the_head(origin, head, second, sd)
         view.lags = {"head"}
         await asker.get_chunk(mine, 0)
         assert mine.have[0]
     finally:
         for n in (origin, head, second):
             await n.close()
+
+
+async def _sent_to_the_head(
+    origin: Node, head: Node, second: Node, sd: dict[str, torch.Tensor]
+) -> tuple[PeerHandler, Replica]:
+    """``origin`` super-seeds ``sd`` (4 chunks); ``head`` gets chunk 0, so the origin names
+    it; ``second`` asks for chunk 0 and is sent to the head. ``second``'s connection to
+    the origin and the replica it fills."""
+    from tensorhub.core.errors import Refused
+
+    origin.serve("m", 1, sd, chunk_size=256 << 10, super_seed=10.0, seed_spare=False)
+    up = await head.peer(origin.address)
+    manifest = await up.get_manifest("m", 1)
+    await up.get_chunk(_replica_of(manifest), 0)
+    asker = await second.peer(origin.address)
+    mine = _replica_of(manifest)
+    try:
+        await asker.get_chunk(mine, 0)
+        raise AssertionError("the origin served a second copy at once")
+    except Refused as redirect:
+        assert redirect.holders == ["head"]
+    return asker, mine
 
 
 def _replica_of(manifest: Manifest) -> Replica:
