@@ -568,7 +568,7 @@ class Swarm:
             return
         if d.verdict is not Verdict.SERVE:
             outcome = _OUTCOME[d.verdict]
-            self.e.later(back, lambda: self._failed(f, r, outcome, d.holders, n))
+            self.e.later(back, lambda: self._failed(f, r, outcome, d.holders, n=n))
             return
         asker = self.nodes[f].planner
         if src.seeder is not None and (asker is None or asker.onward(r)):
@@ -627,7 +627,7 @@ class Swarm:
         datacenter's fetchers (a livelock: cross-DC, seed 1)."""
         h = self._pick_holder(f, r.chunk)
         found = (h,) if h is not None else ()
-        self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, found, n))
+        self.e.later(back, lambda: self._failed(f, r, Outcome.WITHDRAWN, found, n=n))
 
     def _feeds(self, f: str, s: str, c: int) -> bool:
         """Do ``s``'s bytes of chunk ``c`` come, through a chain of cut-through requests,
@@ -811,8 +811,11 @@ class Swarm:
         r: Request,
         outcome: Outcome,
         holders: tuple[str, ...] = (),
-        n: int | None = None,
+        *,
+        n: int | None,
     ) -> None:
+        """``f``'s request ``r`` (its sending ``n``: _Node.issue) ended without its chunk;
+        a stale sending's end is dropped."""
         session = self._settle(f, r, n)
         if session is None:
             return
