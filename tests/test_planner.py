@@ -465,22 +465,55 @@ def _n2_answers_gone(**cfg: int) -> ChunkPlanner:
 
 def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> None:
     """Fetches start milliseconds apart: a link that answers it does not hold the version
-    yet is waited for (skipping it sent its downstream to the origin for first copies, and
-    the chain's head was then redirected to it: 2.08x one copy at 1 GiB in one run), and
-    asked again soon; one that still does not after ``RELAY_START_WAIT`` ticks is
-    skipped."""
+    yet is waited for where no link before it has begun either (skipping it sent its
+    downstream to the origin for first copies, and the chain's head was then redirected to
+    it: 2.08x one copy at 1 GiB in one run), and asked again soon; one that still does not
+    after ``RELAY_START_WAIT`` ticks is skipped."""
     p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"n1"}  # the link before it, not heard of yet
+    for r in reqs:
+        p.failed(r.chunk, r.source, Failure.GONE)  # n1 has not begun either
     waited = 0
     reqs = p.next_requests()
-    while not any(r.source != "n2" for r in reqs):
+    while not any(r.source not in ("n1", "n2") for r in reqs):
+        assert {r.source for r in reqs} <= {"n2"}  # the nearest of the two is waited for
         for r in reqs:
             p.failed(r.chunk, r.source, Failure.GONE)  # still not
         p.tick()
         waited += 1
         assert waited <= RELAY_START_WAIT + 3, "never skipped"
         reqs = p.next_requests()
-    assert {r.source for r in reqs} == {"n1"}  # it does not fetch: skipped at last
+    assert {r.source for r in reqs} == {"origin"}  # neither fetches: skipped at last
     assert waited >= RELAY_START_WAIT  # (asked again every few ticks till then)
+
+
+def test_relay_takes_the_link_before_one_that_has_not_begun_at_once() -> None:
+    """Waiting for a link that has not begun costs every link after us that long; where the
+    link before it has begun, its uplink is free for us meanwhile (its downstream has not
+    begun). bench/linerate.py --case late: the receiver after the late one waited
+    ``RELAY_START_WAIT`` ticks (0.18 s) before it relayed from the link before, and
+    finished that much after it."""
+    p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
+    p.set_source("n1", 1, [0, 1, 2])  # n1 has
+    assert {r.source for r in p.next_requests()} == {"n1"}
+    assert p._relay_skipped  # (past a live link: our lag is not judged meanwhile)
+
+
+def test_a_late_joiner_gives_back_what_it_asked_before_it_knew_it_was_late() -> None:
+    """A receiver that begins its fetch once the chain went on asks its upstream first,
+    then, told how far the link after it got, moves to the tail: what it had asked goes
+    back, or its first chunks take a share of that upstream's uplink from the link after
+    it (bench/linerate.py --case late: 4 chunks over 0.6 s, 0.14 s lost)."""
+    p = relay_planner("n2", n=64, per_source=4)
+    p.set_source("origin", 1, range(64), origin=True)
+    p.set_source("n1", 1, range(40))
+    first = p.next_requests()
+    assert {r.source for r in first} == {"n1"}
+    p.set_source("n3", 1, range(30))  # the link after us went on without us
+    p.next_requests()
+    assert p.lagging
+    assert sorted(p.taken_back()) == sorted(first)
 
 
 def test_a_relay_chain_head_crosses_the_wan_for_every_chunk() -> None:
