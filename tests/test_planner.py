@@ -15,6 +15,7 @@ from tensorhub.core.swarm.planner import (
     RELAY_HOP_WAIT,
     RELAY_PATIENCE,
     RELAY_STALL,
+    RELAY_START_AHEAD,
     RELAY_START_WAIT,
     RELAY_WAIT,
     owner_order,
@@ -465,37 +466,37 @@ def _n2_answers_gone(**cfg: int) -> ChunkPlanner:
 
 def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> None:
     """Fetches start milliseconds apart: a link that answers it does not hold the version
-    yet is waited for where no link before it has begun either (skipping it sent its
-    downstream to the origin for first copies, and the chain's head was then redirected to
-    it: 2.08x one copy at 1 GiB in one run), and asked again soon; one that still does not
-    after ``RELAY_START_WAIT`` ticks is skipped."""
+    yet is waited for (skipping it sent its downstream to the origin for first copies, and
+    the chain's head was then redirected to it: 2.08x one copy at 1 GiB in one run), and
+    asked again soon; one that still does not after ``RELAY_START_WAIT`` ticks is
+    skipped."""
     p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
-    reqs = p.next_requests()
-    assert {r.source for r in reqs} == {"n1"}  # the link before it, not heard of yet
-    for r in reqs:
-        p.failed(r.chunk, r.source, Failure.GONE)  # n1 has not begun either
     waited = 0
     reqs = p.next_requests()
-    while not any(r.source not in ("n1", "n2") for r in reqs):
-        assert {r.source for r in reqs} <= {"n2"}  # the nearest of the two is waited for
+    while not any(r.source != "n2" for r in reqs):
         for r in reqs:
             p.failed(r.chunk, r.source, Failure.GONE)  # still not
         p.tick()
         waited += 1
         assert waited <= RELAY_START_WAIT + 3, "never skipped"
         reqs = p.next_requests()
-    assert {r.source for r in reqs} == {"origin"}  # neither fetches: skipped at last
+    assert {r.source for r in reqs} == {"n1"}  # it does not fetch: skipped at last
     assert waited >= RELAY_START_WAIT  # (asked again every few ticks till then)
 
 
-def test_relay_takes_the_link_before_one_that_has_not_begun_at_once() -> None:
-    """Waiting for a link that has not begun costs every link after us that long; where the
-    link before it has begun, its uplink is free for us meanwhile (its downstream has not
-    begun). bench/linerate.py --case late: the receiver after the late one waited
+def test_relay_takes_the_link_before_a_late_one_once_that_link_went_on() -> None:
+    """Waiting for a link that has not begun costs every link after us that long; once the
+    link before it went on without it, that link's uplink is free for us (its downstream
+    has not begun). bench/linerate.py --case late: the receiver after the late one waited
     ``RELAY_START_WAIT`` ticks (0.18 s) before it relayed from the link before, and
-    finished that much after it."""
+    finished that much after it. A moment is waited for (``RELAY_START_AHEAD``): starts
+    milliseconds apart are no lateness."""
     p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
-    p.set_source("n1", 1, [0, 1, 2])  # n1 has
+    p.set_source("n1", 1, range(RELAY_START_AHEAD - 1))  # n1 has, a moment ago
+    for _ in range(2):  # (past n2's "not yet")
+        p.tick()
+    assert {r.source for r in p.next_requests()} == {"n2"}  # n2 may begin in a moment
+    p.set_source("n1", 1, range(RELAY_START_AHEAD))  # n1 went on without n2: n2 is late
     assert {r.source for r in p.next_requests()} == {"n1"}
     assert p._relay_skipped  # (past a live link: our lag is not judged meanwhile)
 

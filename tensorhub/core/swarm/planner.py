@@ -88,6 +88,14 @@ RELAY_START_WAIT = 20
 """Ticks a relay waits for a link that answered it has not begun its fetch (fetches that
 start together began up to 160 ms apart on bench/linerate.py's 9 processes); a member
 that does not fetch at all costs its downstream this much once."""
+RELAY_START_AHEAD = 2
+"""Chunks the link before one that has not begun must hold for us to stop waiting for it
+(``RELAY_START_WAIT``) and relay from that link instead. Fetches that start together begin
+milliseconds apart: a link that took the one before a link that began 1 ms later shared
+its uplink with that link for its first 4 chunks (bench/linerate.py, N=4 healthy: 1.10x
+one copy in 2 rounds of 3). A link that has not begun while the one before it got this
+far is late: waiting ``RELAY_START_WAIT`` for it cost every link after it 0.18 s
+(bench/linerate.py --case late)."""
 LAG_CHUNKS = 8
 """Chunks by which a relay link may fall further behind the link before it, while relaying
 from it, before it counts as *lagging* and moves to the chain's tail: a chain runs at its
@@ -1154,15 +1162,15 @@ class ChunkPlanner:
                 # It has not begun this fetch (or not got far): no link until it holds a
                 # chunk. (Skipped only while backed off, it drew its downstream back every
                 # ``gone_ticks`` to ask again, and the chain after it stalled each time:
-                # simulated, a receiver joining halfway.) Waited for a while (it may begin
-                # in a moment) only where the link before it has not begun either: else
-                # that link's uplink is free for us meanwhile, and waiting cost every link
-                # after us that time (bench/linerate.py --case late: 0.18 s of 0.31).
+                # simulated, a receiver joining halfway.) Waited for a while: it may begin
+                # in a moment (see the next test).
                 if waiting is None and self._starting(name, src):
                     waiting = name
                 skipped = True
                 continue
             if self._usable(src):
+                if waiting is not None and len(src.chunks) < RELAY_START_AHEAD:
+                    break  # (it may begin in a moment: see RELAY_START_AHEAD)
                 self._relay_skipped = skipped
                 return name
             skipped = True
