@@ -473,9 +473,11 @@ def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> 
     p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
     waited = 0
     reqs = p.next_requests()
-    while not any(r.source != "n2" for r in reqs):
+    news = Request("n1", 15, False)  # (n1 asked for its news: see the next test)
+    while not any(r.source != "n2" and r != news for r in reqs):
         for r in reqs:
-            p.failed(r.chunk, r.source, Failure.GONE)  # still not
+            if r.source == "n2":
+                p.failed(r.chunk, r.source, Failure.GONE)  # still not
         p.tick()
         waited += 1
         assert waited <= RELAY_START_WAIT + 3, "never skipped"
@@ -490,14 +492,22 @@ def test_relay_takes_the_link_before_a_late_one_once_that_link_went_on() -> None
     has not begun). bench/linerate.py --case late: the receiver after the late one waited
     ``RELAY_START_WAIT`` ticks (0.18 s) before it relayed from the link before, and
     finished that much after it. A moment is waited for (``RELAY_START_AHEAD``): starts
-    milliseconds apart are no lateness."""
+    milliseconds apart are no lateness. The link before is asked for news meanwhile
+    (``_start_news``): from gossip alone, we learnt 170 ms in that it went on."""
     p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
     p.set_source("n1", 1, range(RELAY_START_AHEAD - 1))  # n1 has, a moment ago
     for _ in range(2):  # (past n2's "not yet")
         p.tick()
-    assert {r.source for r in p.next_requests()} == {"n2"}  # n2 may begin in a moment
-    p.set_source("n1", 1, range(RELAY_START_AHEAD))  # n1 went on without n2: n2 is late
-    assert {r.source for r in p.next_requests()} == {"n1"}
+    reqs = p.next_requests()
+    assert {r.source for r in reqs if r.chunk != 15} == {"n2"}  # n2 may begin in a moment
+    # n1 is asked for our last chunk, once, for its news: it lacks it, and says so at once
+    assert [r for r in reqs if r.source == "n1"] == [Request("n1", 15, False)]
+    p.failed(15, "n1", Failure.MISSING)
+    for c in range(RELAY_START_AHEAD):
+        p.add_chunk("n1", c)  # its news: it went on without n2, which is late
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"n1"}
+    assert 15 not in {r.chunk for r in reqs}  # (asked once only)
     assert p._relay_skipped  # (past a live link: our lag is not judged meanwhile)
 
 
