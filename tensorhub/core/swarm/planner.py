@@ -1274,8 +1274,11 @@ class ChunkPlanner:
         A link that has not begun, or that we heard of only through the holder view
         since, is a link again once the view lists it (set_source)."""
         up = self._relay_up
-        src = self.sources.get(up) if up is not None else None
-        if up is None or src is None or src.origin or up in self._lagging or self.lagging:
+        if up is None:  # our first plan: we may be late already, before we ask anyone
+            self._joined_late(self._upstream())
+            return
+        src = self.sources.get(up)
+        if src is None or src.origin or up in self._lagging or self.lagging:
             return
         if self._relay_skipped:  # (judged afresh, after a while, once it is not)
             self._relay_since = self.now
@@ -1288,13 +1291,7 @@ class ChunkPlanner:
         if gap < 0:  # it is behind us (for now): nothing to judge
             self._forget_lag()
             return
-        if ours == 0 and gap >= lag and self._went_on_without_us(lag):
-            self._effects += 1  # we joined late, and the chain went on: to its tail
-            self._lagging.add(self.me)
-            # What we asked our upstream before we knew goes back: left there, our first
-            # chunks took a share of its uplink from the link after it, which relays from
-            # it (bench/linerate.py --case late: 4 chunks in 0.6 s, 0.14 s lost there).
-            self._give_back(up)
+        if self._joined_late(up):
             return
         if self.now < self._relay_since + RELAY_START_WAIT:
             return
@@ -1399,6 +1396,28 @@ class ChunkPlanner:
         if self._lag_seen is not None:
             self._effects += 1
             self._lag_seen = None
+
+    def _joined_late(self, up: str | None) -> bool:
+        """Did we begin our fetch once the chain went on without us (``up``, our upstream,
+        and the link after us are ``lag`` chunks in)? Then we move to its tail at once,
+        and what we asked ``up`` before we knew goes back: left there, our first chunks
+        took a share of its uplink from the link after us, which relays from it
+        (bench/linerate.py --case late: 4 chunks in 0.6 s, 0.14 s lost there). Judged
+        from the first plan on: the holder view tells us how far the others got before
+        we ask anyone."""
+        src = self.sources.get(up) if up is not None else None
+        if up is None or src is None or src.origin or self.lagging:
+            return False
+        if self._missing < self.num_chunks:
+            return False
+        lag = self._lag
+        up_count = self.num_chunks if up in self._full else src.top + 1
+        if up_count < lag or not self._went_on_without_us(lag):
+            return False
+        self._effects += 1
+        self._lagging.add(self.me)
+        self._give_back(up)
+        return True
 
     def _went_on_without_us(self, lag: int) -> bool:
         """Is the link after us in the chain ``lag`` chunks in already (it relays past us:
