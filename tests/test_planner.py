@@ -486,6 +486,23 @@ def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> 
     assert waited >= RELAY_START_WAIT  # (asked again every few ticks till then)
 
 
+def test_relay_waits_for_a_listed_link_that_has_not_begun_as_for_a_member() -> None:
+    """A fetcher the holder view lists with no chunk (its fetch registered, not begun)
+    that answers it does not hold the version is waited for, as a member taken for a link
+    is; skipped at once, its downstream asked the origin, and the chain's head, beginning
+    4 ms later, lost 5 chunks to it (bench/linerate.py --case late: 1.28x one copy)."""
+    p = relay_planner("n2", n=64, per_source=4, member_grace=100, missing_ticks=2)
+    p.set_source("origin", 1, range(64), origin=True)
+    p.set_dc_fetchers(["n1", "n2"], members=["n1", "n2", "origin"])
+    p.set_source("n1", 1, [])  # listed, holding nothing
+    for _ in range(RELAY_START_WAIT - 2):
+        reqs = p.next_requests()
+        assert {r.source for r in reqs} <= {"n1"}  # never the origin meanwhile
+        for r in reqs:
+            p.failed(r.chunk, r.source, Failure.GONE)  # not begun yet
+        p.tick()
+
+
 def test_relay_takes_the_link_before_a_late_one_once_that_link_went_on() -> None:
     """Waiting for a link that has not begun costs every link after us that long; once the
     link before it went on without it, that link's uplink is free for us (its downstream

@@ -868,12 +868,15 @@ class ChunkPlanner:
         """Is a relay link that lacks the version one that has not begun to fetch it yet
         (not a stale hint)? Fetches that start together begin a few milliseconds apart, and
         a link skipped for ``gone_ticks`` sent its downstream to the origin, tangling the
-        chain from its first chunk: a member taken for a link during ``member_grace`` that
-        never held a chunk is asked again soon instead, and waited for meanwhile (up to
-        ``RELAY_START_WAIT`` ticks: one that does not fetch at all is skipped then)."""
+        chain from its first chunk: a link that never held a chunk, during
+        ``member_grace``, is asked again soon instead, and waited for meanwhile (up to
+        ``RELAY_START_WAIT`` ticks: one that does not fetch at all is skipped then). That
+        is a member taken for a link, or a fetcher the holder view lists with no chunk
+        (its fetch registered before it began): only the first was, and a chain head that
+        began 4 ms after the link behind it lost 5 chunks to that link's requests to the
+        origin (bench/linerate.py --case late, a round at 1.28x one copy)."""
         return (
             self.relay
-            and name in self._assumed
             and not src.chunks
             and self._began is not None
             and self.now < self._began + self.cfg.member_grace
