@@ -503,6 +503,28 @@ def test_relay_waits_for_a_listed_link_that_has_not_begun_as_for_a_member() -> N
         p.tick()
 
 
+def test_relay_waits_for_a_link_that_has_not_begun_when_the_view_then_lists_it() -> None:
+    """The order traced in a tangled round: n2 asks n1, a member, which has not begun
+    ("gone"); the holder view then lists n1, still with no chunk (its fetch registered).
+    n2 still waits for it: it had gone to the origin, and n1, beginning 3 ms later, was
+    redirected for 4 chunks (bench/linerate.py --case late: 1.35x one copy)."""
+    p = relay_planner("n2", n=64, per_source=4, member_grace=100, missing_ticks=2)
+    p.set_source("origin", 1, range(64), origin=True)
+    p.set_dc_fetchers(["n2"], members=["n1", "n2", "origin"])
+    reqs = p.next_requests()
+    assert {r.source for r in reqs} == {"n1"}
+    for r in reqs:
+        p.failed(r.chunk, r.source, Failure.GONE)
+    p.set_dc_fetchers(["n1", "n2"], members=["n1", "n2", "origin"])
+    p.set_source("n1", 1, [])  # the view lists it now, holding nothing
+    for _ in range(RELAY_START_WAIT - 2):
+        reqs = p.next_requests()
+        assert {r.source for r in reqs} <= {"n1"}  # never the origin meanwhile
+        for r in reqs:
+            p.failed(r.chunk, r.source, Failure.GONE)
+        p.tick()
+
+
 def test_relay_takes_the_link_before_a_late_one_once_that_link_went_on() -> None:
     """Waiting for a link that has not begun costs every link after us that long; once the
     link before it went on without it, that link's uplink is free for us (its downstream

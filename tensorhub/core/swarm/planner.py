@@ -1164,13 +1164,14 @@ class ChunkPlanner:
                 # joining halfway: its downstream waited on it, then judged itself lagging).
                 skipped = True
                 continue
-            if name in self._not_begun and not src.chunks:
+            starting = self._starting(name, src)
+            if not src.chunks and (name in self._not_begun or starting):
                 # It has not begun this fetch (or not got far): no link until it holds a
                 # chunk. (Skipped only while backed off, it drew its downstream back every
                 # ``gone_ticks`` to ask again, and the chain after it stalled each time:
                 # simulated, a receiver joining halfway.) Waited for a while: it may begin
-                # in a moment (see the next test).
-                if waiting is None and self._starting(name, src):
+                # in a moment (RELAY_START_AHEAD).
+                if waiting is None and starting:
                     waiting = name
                 skipped = True
                 continue
