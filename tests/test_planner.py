@@ -653,6 +653,30 @@ def test_a_relay_link_lost_is_not_taken_for_a_link_again_at_once() -> None:
         assert "a2" not in {r.source for r in p.next_requests()}
 
 
+def test_a_relay_link_lost_and_listed_again_by_stale_news_is_no_link_till_it_gains() -> None:
+    """bench/linerate.py --case killed, traced: n2 was killed mid-fetch; n3 relayed from
+    n1, but the holder view still listed n2 (gossip drops a killed member a second or more
+    later), and once ``gone_ticks`` had passed n3 took it for its upstream again and waited
+    on a dead node for half a second. A link lost is no link while the view shows nothing
+    it gained since; one that gains is a link again."""
+    p = relay_planner("n3", n=64, per_source=4, gone_ticks=50)
+    p.set_source("n1", 1, range(40))
+    p.set_source("n2", 1, range(30))
+    for r in p.next_requests():
+        assert r.source == "n2"
+        p.received(r.chunk, r.source)
+    p.remove_source("n2")  # its connection lost: it was killed
+    for _ in range(60):  # past gone_ticks
+        p.tick()
+    p.set_source("n2", 1, range(28))  # the view's news of it, older than our loss
+    reqs = p.next_requests()
+    assert reqs and {r.source for r in reqs} == {"n1"}
+    p.set_source("n2", 1, range(31))  # it gained a chunk since: alive
+    for r in reqs:
+        p.received(r.chunk, r.source)
+    assert {r.source for r in p.next_requests()} == {"n2"}
+
+
 def test_relay_asks_a_link_closing_a_gap_at_once_though_it_seems_behind() -> None:
     """The link before us dies; the one before it becomes our upstream, but we know its
     chunks only from gossip (a round late) and seem ahead of it. We ask it for our lowest

@@ -406,6 +406,7 @@ class ChunkPlanner:
         self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._removed: dict[str, int] = {}  # relay: sources lost or dead -> the tick
+        self._lost_at: dict[str, int] = {}  # relay: links lost -> their highest chunk then
         self._relay_hops = 0  # relay: links before us in the chain, at the last look
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
         self._relay_since = 0  # the tick we began to relay from our upstream
@@ -672,10 +673,14 @@ class ChunkPlanner:
     def remove_source(self, name: str) -> list[int]:
         """A holder left or died: its in-flight chunks go back to the pool. A relay does
         not take it for a link again for ``gone_ticks`` unless it is listed as a holder
-        again (see :meth:`_upstream`)."""
+        again (see :meth:`_upstream`), nor ever while the view shows nothing it gained
+        since (:meth:`_lost`)."""
+        src = self.sources.get(name)
         self.unlist_source(name)
         if self.relay:
             self._removed[name] = self.now
+            if src is not None and not src.origin:
+                self._lost_at[name] = src.top
         return [r.chunk for r in self._forget_requests(name)]
 
     def unlist_source(self, name: str) -> None:
@@ -1158,6 +1163,9 @@ class ChunkPlanner:
                 self._rack = self._near = None
             if mine[0] and name in self._lagging:
                 continue  # (none is ahead of us: _laggard_ahead) to the tail
+            if self._lost(name, src):
+                skipped = True
+                continue
             if not mine[0] and name not in self._full and src.top + 1 + behind < held:
                 # Far behind us (it joined late, or moved to the tail): it has nothing for
                 # us, and relaying from it would hold us to its pace (simulated, a receiver
@@ -1193,6 +1201,22 @@ class ChunkPlanner:
             if s.origin and s.tier < WAN_TIER and self._usable(s)
         ]
         return min(origins)[1] if origins else None
+
+    def _lost(self, name: str, src: SourceInfo) -> bool:
+        """Is ``name`` a link we lost (its connection, or a dead verdict) that the holder
+        view lists again with nothing gained since? The view's news of it is then older
+        than our loss: gossip lists a killed member for a second or more, and a link that
+        took it for its upstream again once ``gone_ticks`` had passed asked a dead node and
+        held the chain after it up for half a second (bench/linerate.py --case killed,
+        traced: 1.27-1.47x one copy in 5 rounds of 14). A link that is alive gains chunks
+        and is a link again."""
+        top = self._lost_at.get(name)
+        if top is None:
+            return False
+        if src.top > top:
+            del self._lost_at[name]
+            return False
+        return True
 
     def _start_news(self, budget: int) -> list[Request]:
         """While we wait for a link that has not begun (``RELAY_START_AHEAD``): our last
