@@ -54,7 +54,7 @@ from sim.fanout import predict_each
 from tensorhub.core.swarm.presets import preset
 from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
 from tensorhub.testing.hub_procs import HubProcs, Spec
-from tensorhub.testing.netns import QUEUES, Fabric, enter, unavailable
+from tensorhub.testing.netns import Fabric, enter, unavailable
 
 PORT = 7100
 PIECE = 1 << 20
@@ -604,14 +604,6 @@ def main() -> None:
         help="the TCP congestion control every system's connections use in this run (e.g. "
         "cubic, bbr; tensorhub's through TENSORHUB_TCP_CONGESTION); default: the host's",
     )
-    ap.add_argument(
-        "--queue",
-        choices=QUEUES,
-        default="fifo",
-        help="what waits behind each NIC's token bucket: fifo (tbf's 50 ms byte queue, "
-        "one line for all flows) or fq_codel (Linux's default host qdisc: a short queue "
-        "per flow)",
-    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -631,7 +623,7 @@ def main() -> None:
     victim = 0 if args.case == "stops" else args.victim or n // 2 + 1
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     rounds: list[dict[str, dict[str, Any]]] = []
-    with Fabric(n + 1, args.rate, rates=slow, queue=args.queue) as fabric:
+    with Fabric(n + 1, args.rate, rates=slow) as fabric:
         for k in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {k + 1} of {args.rounds}", flush=True)
@@ -652,7 +644,7 @@ def main() -> None:
     }[args.case]
     print_table(
         f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
-        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP {cc}; NIC queue {args.queue}",
+        f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP {cc}",
         [
             "system",
             "last receiver (s)",
@@ -716,7 +708,6 @@ def main() -> None:
             "rounds": args.rounds,
             "machine": machine(),
             "congestion_control": cc,
-            "nic_queue": args.queue,
             # Which preset each tensorhub row ran (a name's settings change: "node" was
             # the swarm until session 23, the relay since; bench/prediction_check.py).
             "presets": {_label(name): name for name in args.presets.split(",")},

@@ -29,8 +29,6 @@ from types import FrameType
 CLONE_NEWNET = 0x40000000
 PREFIX = "thb"  # every namespace and link this module creates starts with it
 SUBNET = "10.77.0"
-QUEUES = ("fifo", "fq_codel")
-"""What a :class:`Fabric`'s NIC may queue behind its token bucket (``Fabric.queue``)."""
 
 
 def unavailable() -> str | None:
@@ -67,11 +65,6 @@ class Fabric:
     mtu: int = 9000
     rates: dict[int, float] = field(default_factory=dict)
     """Nodes whose NIC runs at another rate than ``rate_mbit`` (a slow host), by index."""
-    queue: str = "fifo"
-    """What waits behind each token bucket: ``fifo``, tbf's own byte queue (50 ms of the
-    rate, one line for every flow: a bulk flow's backlog delays the acknowledgements and
-    requests going the same way), or ``fq_codel``, Linux's default host qdisc, a queue per
-    flow served in turn and kept short (a sparse flow's packets go first)."""
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
     _made: list[str] = field(default_factory=list)
 
@@ -108,8 +101,6 @@ class Fabric:
             signal.signal(s, h)
 
     def _build(self) -> None:
-        if self.queue not in QUEUES:
-            raise ValueError(f"queue {self.queue!r}: one of {', '.join(QUEUES)}")
         br = self.bridge_ns
         _run("ip", "netns", "add", br)
         self._made.append(br)
@@ -133,12 +124,10 @@ class Fabric:
             _run("ip", "link", "set", "lo", "up", ns=ns)
             for dev, where in (("eth0", ns), (b, br)):  # up at the node, down at the bridge
                 _run(
-                    "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf",
+                    "tc", "qdisc", "add", "dev", dev, "root", "tbf",
                     "rate", rate, "burst", burst, "latency", "50ms",
                     ns=where,
                 )  # fmt: skip
-                if self.queue == "fq_codel":
-                    _run("tc", "qdisc", "add", "dev", dev, "parent", "1:1", "fq_codel", ns=where)
 
     def counters(self) -> list[tuple[int, int]]:
         """Bytes each node has sent and received so far, by node index, counted at the
