@@ -1208,7 +1208,7 @@ class ChunkPlanner:
         than our loss: gossip lists a killed member for a second or more, and a link that
         took it for its upstream again once ``gone_ticks`` had passed asked a dead node and
         held the chain after it up for half a second (bench/linerate.py --case killed,
-        traced: 1.27-1.47x one copy in 5 rounds of 14). A link that is alive gains chunks
+        traced in a round at 1.47x one copy). A link that is alive gains chunks
         and is a link again."""
         top = self._lost_at.get(name)
         if top is None:
