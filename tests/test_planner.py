@@ -473,7 +473,7 @@ def test_relay_waits_for_a_link_that_has_not_begun_its_fetch_then_skips_it() -> 
     p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 has not begun its fetch
     waited = 0
     reqs = p.next_requests()
-    news = Request("n1", 15, False)  # (n1 asked for its news: see the next test)
+    news = Request("n1", 15, False)  # (n1 asked for its news: _start_news)
     while not any(r.source != "n2" and r != news for r in reqs):
         for r in reqs:
             if r.source == "n2":
