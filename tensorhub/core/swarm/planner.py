@@ -1314,7 +1314,7 @@ class ChunkPlanner:
             return
         lag = self._lag
         ours = self.num_chunks - self._missing  # (not our run: a hole is not a lag)
-        up_count = self.num_chunks if up in self._full else src.top + 1
+        up_count = src.top + 1  # (a full source's top is its last chunk: _promote)
         gap = up_count - ours
         if gap < 0:  # it is behind us (for now): nothing to judge
             self._forget_lag()
@@ -1439,7 +1439,7 @@ class ChunkPlanner:
         if self._missing < self.num_chunks:
             return False
         lag = self._lag
-        up_count = self.num_chunks if up in self._full else src.top + 1
+        up_count = src.top + 1
         if up_count < lag or not self._went_on_without_us(lag):
             return False
         self._effects += 1
