@@ -164,10 +164,11 @@ class _Node:
         on a cut-through upstream (two such nodes could otherwise wait on each other)."""
         return any(r.chunk == chunk and t is not None for r, t in self.inflight.items())
 
-    def requested(self, chunk: int) -> bool:
-        """A request for ``chunk`` is out (as the node's ``Replica.incoming``: it parks
-        requests for a chunk from the moment it asks for it)."""
-        return any(r.chunk == chunk for r in self.inflight)
+    def requested(self, chunk: int, asker: str) -> bool:
+        """A request for ``chunk`` is out, to someone other than ``asker`` (as the node's
+        ``Replica.incoming``: it parks requests for a chunk from the moment it asks for it,
+        but not the peer it asked, which would wait on it while it waits on that peer)."""
+        return any(r.chunk == chunk and r.source != asker for r in self.inflight)
 
     def settle(self, chunk: int) -> None:
         for answer in self.parked.pop(chunk, []):
@@ -553,7 +554,7 @@ class Swarm:
         landing = cut and not src.have[c] and src.receiving(c) and not self._feeds(f, s, c)
         d = serve_decision(
             have=bool(src.have[c]),
-            incoming=landing if cut and self.cfg.early_hints else src.requested(c),
+            incoming=landing if cut and self.cfg.early_hints else src.requested(c, f),
             admit=lambda: src.slots.admit(near=self.c.tier(s, f) <= SAME_RACK),
             seed=seed if src.seeder is not None else None,
             cut_through=cut,

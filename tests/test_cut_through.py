@@ -97,7 +97,7 @@ async def test_a_chunk_asked_for_while_it_lands_is_passed_on_whole_and_verified(
     async with trio() as (holder, relay, asker):
         holder.serve("m", 1, sd, chunk_size=CHUNK)
         replica = await _landing_replica(relay, holder)
-        replica.incoming.add(0)  # as the relay's fetch does when it asks for the chunk
+        replica.incoming[0] = "holder"  # as the relay's fetch does when it asks for the chunk
         mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
         up = await relay.peer(holder.address)
         await up.get_chunk(replica, 0)
@@ -121,7 +121,7 @@ async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream()
         good = sd["w"][:16].clone()
         sd["w"][:16] = -good  # the holder's memory now differs from what it committed to
         replica = await _landing_replica(relay, holder)
-        replica.incoming.add(0)
+        replica.incoming[0] = "holder"
         mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
         up = await relay.peer(holder.address)
         with pytest.raises(ChecksumMismatch):
@@ -150,7 +150,7 @@ async def test_a_relay_link_that_falls_behind_answers_busy_for_what_it_lacks() -
         replica = await _landing_replica(relay, holder)
         up = await relay.peer(holder.address)
         await up.get_chunk(replica, 1)  # it holds chunk 1
-        replica.incoming.add(0)
+        replica.incoming[0] = "holder"
         mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
         replica.lag()  # (what the fetch's driver does once its planner says so)
         with pytest.raises(RemoteError) as busy:
@@ -163,6 +163,28 @@ async def test_a_relay_link_that_falls_behind_answers_busy_for_what_it_lacks() -
         await asyncio.wait_for(peer.get_chunk(mine, 1), 10)
         want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(1))
         assert b"".join(bytes(p) for p in mine.data.read_parts(1)) == want
+
+
+async def test_a_chunk_we_asked_the_asker_for_is_not_parked_for_it() -> None:
+    """Two laggards each took the other for the laggard ahead of it (both held chunks past
+    the same hole, so each seemed further on) and each asked the other for the hole's
+    chunks: each parked the other's requests until its own came, and neither came
+    (simulated, 250 Mbit/s, the last of four at half rate: the fetch never ended; the node
+    would have waited out its request timeout). A request for a chunk we asked of the
+    asker itself is answered "no chunk" at once; anyone else's waits for it."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK)
+        replica = await _landing_replica(relay, holder)
+        replica.incoming[0] = "asker"  # (what the relay's fetch records as it asks "asker")
+        peer = await asker.peer(relay.address)
+        mine = _empty(await peer.get_manifest("m", 1))
+        with pytest.raises(RemoteError) as none:
+            await asyncio.wait_for(peer.get_chunk(mine, 0), 10)
+        assert none.value.code == "no_chunk" and not replica.parked(0)
+        replica.incoming[0] = "holder"  # asked of someone else: the asker waits for it
+        _, asked = await _asked_before_it_lands(asker, relay, replica, 0)
+        asked.cancel()
 
 
 def _chain(dataplane: str) -> list[Spec]:
@@ -247,7 +269,7 @@ async def test_a_request_given_up_while_parked_is_ended_at_once_and_never_sent()
     async with trio() as (holder, relay, asker):
         holder.serve("m", 1, sd, chunk_size=CHUNK)
         replica = await _landing_replica(relay, holder)
-        replica.incoming.add(0)
+        replica.incoming[0] = "holder"
         mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
         peer = await asker.peer(relay.address)
         assert peer.requests_open == 1
@@ -273,7 +295,7 @@ async def test_a_stream_given_up_mid_chunk_stops_at_the_next_piece() -> None:
     async with trio() as (holder, relay, asker):
         holder.serve("m", 1, sd, chunk_size=CHUNK)
         replica = await _landing_replica(relay, holder)
-        replica.incoming.add(0)
+        replica.incoming[0] = "holder"
         landing = replica.begin_landing(0)  # the link's own request: landing, by hand
         mine, asked, rid = await _ask(asker, relay, 0)
         peer = await asker.peer(relay.address)

@@ -164,6 +164,25 @@ def test_a_healthy_link_judged_lagging_does_not_share_the_tail_with_the_slow_one
     assert max(t for i, t in enumerate(times, 1) if i != 5) < 1.3
 
 
+def test_two_laggards_that_took_each_other_for_the_one_ahead_do_not_wait_on_each_other() -> None:
+    """Regression (simulated N=4, 250 Mbit/s, r4 at half rate, starts drawn 0-4 ms apart,
+    seed 4 of a search): r1 and r4 both judged themselves lagging and both held chunks
+    past the same hole (20-22), so each saw the other further on and relayed from it
+    (``ChunkPlanner._laggard_ahead``); each parked the other's requests for the hole until
+    its own came, and the fetch never ended (the node would wait out a request timeout).
+    A chunk asked of the asker itself is not waited for there (``Replica.incoming``, the
+    simulator's ``_Node.requested``): "no chunk", and the hole comes from the swarm."""
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import NODE
+
+    copy = (256 << 20) / (250e6 / 8)
+    began = {1: 0.002664, 2: 0.002631, 3: 0.00177, 4: 0.001405}  # seconds
+    late = {i: t / copy for i, t in began.items()}
+    times = predict_each(4, 256 << 20, 250.0, 4 << 20, NODE, 4, {4: 125.0}, late=late)
+    print("each receiver / one copy:", [round(t, 3) for t in times])
+    assert max(times[:3]) < 1.5 and times[3] < 2.2
+
+
 def test_the_links_after_a_half_rate_receiver_finish_within_1_2x_one_copy() -> None:
     """bench/linerate.py --case slow, simulated (N=8, 256 MiB, 1 Gbit/s, r5 at half rate):
     the links after r5 run at its pace until it judges itself lagging and moves to the

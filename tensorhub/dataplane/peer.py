@@ -370,9 +370,12 @@ class PeerHandler:
 
         have = bool(replica.have[msg.chunk])
         landing = None if have or not self.cut_through else replica.landing(msg.chunk)
+        asked = replica.incoming.get(msg.chunk)  # whom we asked for it, if we did
         d = serve_decision(
             have=have,
-            incoming=msg.chunk in replica.incoming,
+            # Not if we asked the asker: each would wait on the other (two laggards that
+            # took each other for the laggard ahead, both missing the same chunks).
+            incoming=asked is not None and asked != peer,
             admit=lambda: self._grants.admit(peer),
             seed=seed if seeder is not None else None,
             cut_through=self.cut_through,

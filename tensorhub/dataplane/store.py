@@ -84,7 +84,10 @@ class Replica:
     readers: int = 0  # uploads reading this replica's memory now
     withdrawn: bool = False
     seeder: SuperSeeder | None = None  # set on an origin's replica: it super-seeds
-    incoming: set[int] = field(default_factory=set)  # chunks this node is receiving now
+    incoming: dict[int, str] = field(default_factory=dict)
+    """Chunks this node is receiving now, each with the name of the peer it asked ("" until
+    connected): a peer asking for one waits for it here (serve_decision's ``incoming``),
+    unless it is that peer, which would wait on us while we wait on it."""
     onward: bool = True  # serves what it receives (False: a partial read, see swarm_fill)
     lagging: bool = False  # a relay link that fell behind: it parks no request (see lag)
     laggards: set[str] = field(default_factory=set)

@@ -511,7 +511,7 @@ class _Driver:
             elif isinstance(a, Behind):
                 self._tell_behind(a.source)
             else:
-                self.replica.incoming.discard(a.chunk)
+                self.replica.incoming.pop(a.chunk, None)
                 if not a.held:
                     self.replica.settle(a.chunk)  # who waited for it hears it is not coming
         planner = self.session.planner
@@ -588,7 +588,8 @@ class _Driver:
         )
         self.running[task] = r
         self._tasks[r] = task
-        self.replica.incoming.add(r.chunk)  # peers asking for it meanwhile wait for it here
+        # Peers asking for it meanwhile wait for it here, but the one we ask (Replica.incoming).
+        self.replica.incoming[r.chunk] = self.node.peer_name(r.source) or ""
 
     def _forget(self, r: Request) -> None:
         self._tasks.pop(r, None)
