@@ -578,6 +578,8 @@ class _Driver:
 
         def issued(peer: PeerHandler, rid: int) -> None:
             self._calls[r] = (peer, rid)
+            if self.replica.incoming.get(r.chunk) == "":  # (dialled for this request)
+                self.replica.incoming[r.chunk] = peer.conn.peer or ""
 
         def arriving() -> None:
             self.session.receiving(r, time.monotonic())
