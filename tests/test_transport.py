@@ -23,6 +23,7 @@ from tensorhub.core.errors import (
     TransferError,
 )
 from tensorhub.core.messages import GetChunk
+from tensorhub.core.swarm.presets import preset
 from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import MAX_QUEUED_REQUESTS, PeerHandler
@@ -609,3 +610,54 @@ async def test_a_server_closes_a_connection_it_accepts_while_closing() -> None:
         await asyncio.wait_for(closing, 2.0)
     finally:
         theirs.close()
+
+
+needs_tcp_congestion = pytest.mark.skipif(
+    not hasattr(socket, "TCP_CONGESTION"), reason="TCP_CONGESTION is Linux only"
+)
+
+
+@needs_tcp_congestion
+def test_restarting_congestion_control_keeps_the_algorithm() -> None:
+    """The restart moves the socket to another algorithm and back (the kernel begins an
+    algorithm's state afresh when a socket moves to it): the algorithm is the one it had."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    with listener, socket.create_connection(listener.getsockname()) as sock:
+        before = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+        assert tcp.restart_congestion_control(sock)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16) == before
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        assert tcp.restart_congestion_control(sock)  # (from reno it moves by cubic)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).startswith(b"reno")
+    closed = socket.socket()
+    closed.close()
+    assert not tcp.restart_congestion_control(closed)  # (no error: nothing to restart)
+
+
+@needs_tcp_congestion
+@pytest.mark.parametrize("after", [0.05, 0.0])
+async def test_a_chunk_after_a_pause_restarts_the_connections_congestion_control(
+    after: float,
+) -> None:
+    """``DataPlaneConfig.restart_cc_after``: a chunk sent after that long without one
+    begins the serving connection's congestion control afresh, once; 0 never does."""
+    holder = await Node.start(
+        "holder", secret=SECRET, dataplane=preset(f"node:restart_cc_after={after}")
+    )
+    asker = await Node.start("asker", secret=SECRET)
+    routed(holder, asker)
+    try:
+        m = holder.serve("m", 1, big_model(2), chunk_size=1 << 20)
+        peer = await asker.peer(holder.address)
+        mine = Replica("m", 1, m, TensorBytes.for_destination(m, empty_like_manifest(m)))
+        await peer.get_chunk(mine, 0)
+        await peer.get_chunk(mine, 1)  # (back to back: no restart between these)
+        (served,) = [h for h in holder.handlers if h.chunks_served]
+        before = served.conn.congestion_restarts
+        await asyncio.sleep(after + 0.05)
+        await peer.get_chunk(mine, 2)
+        assert served.conn.congestion_restarts == (before + 1 if after else 0)
+        assert mine.have[0] and mine.have[1] and mine.have[2]
+    finally:
+        await asker.close()
+        await holder.close()

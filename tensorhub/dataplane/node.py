@@ -180,6 +180,7 @@ class Node:
             cut_through=self.dataplane.cut_through,
             address=lambda: self.address,
             spread_after=self.dataplane.spread_after,
+            restart_cc_after=self.dataplane.restart_cc_after,
         )
         self.handlers.add(h)
         conn.closed.add_done_callback(lambda _f: self.handlers.discard(h))

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -131,8 +132,13 @@ class PeerHandler:
         cut_through: bool = False,
         address: Callable[[], str] | None = None,
         spread_after: float | None = None,
+        restart_cc_after: float = 0.0,
     ) -> None:
         self.conn = conn
+        self.restart_cc_after = restart_cc_after
+        """A chunk sent after this many seconds without one begins the connection's
+        congestion control afresh (0: never; presets: restart_cc_after)."""
+        self._chunk_sent_at = time.monotonic()  # when the last chunk reply ended (or we began)
         self.cut_through = cut_through  # serve a chunk while it lands (presets: cut_through)
         self.spread_after = spread_after
         """Fetched copies super-seed too, with this ``reserve_after`` (None: only origins;
@@ -472,11 +478,13 @@ class PeerHandler:
                         await conn.send(_cancelled(reply.msg.req))
                         self._out.popleft()
                         continue
+                    self._after_idle()
                     if reply.landing is not None and not r.have[reply.chunk]:
                         served = await self._stream(reply, n)
                     else:
                         await conn.send(reply.msg, r.data.read_parts(reply.chunk))
                         served = True
+                    self._chunk_sent_at = time.monotonic()
                     # Sent, not yet flushed: the flusher ends the upload and frees the slot.
                     self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
                     if self._flusher is None:
@@ -495,6 +503,14 @@ class PeerHandler:
             for reply in self._out:
                 self._drop(reply)
             self._out.clear()
+
+    def _after_idle(self) -> None:
+        """A chunk is about to go: after ``restart_cc_after`` without one, the stream
+        begins on a connection whose congestion control measured the fabric as it was
+        (see ``io.tcp.restart_congestion_control``): begin it afresh."""
+        after = self.restart_cc_after
+        if after > 0 and time.monotonic() - self._chunk_sent_at >= after:
+            self.conn.restart_congestion()
 
     async def _send_haves(self) -> None:
         haves, self._haves = self._haves, {}

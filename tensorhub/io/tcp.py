@@ -87,6 +87,32 @@ def use_congestion_control(sock: socket.socket) -> None:
             log.warning("%s=%s refused (%s): the host's default stays", CONGESTION_ENV, name, e)
 
 
+def restart_congestion_control(sock: socket.socket) -> bool:
+    """Begin ``sock``'s congestion control afresh, as on a new connection, keeping its
+    algorithm: the kernel re-initialises an algorithm's state when the socket moves to
+    another, so it is set to another and back. Whether it was (Linux, ``TCP_CONGESTION``).
+
+    Why: a connection opened while the fabric was idle keeps the round trip it measured
+    then. Cubic's HyStart ends slow start once a round trip grows a few milliseconds past
+    that least one, so when chunks first flow on it once the NICs' queues are full, it
+    leaves slow start at once and grows its window linearly (bench/linerate.py --case
+    slow, ``ss -ti`` every 30 ms: the link after the slow one, moving to the link before
+    it, got a window of 25-31 packets at a 6.5-12.7 ms round trip, where the window it
+    needs took 0.3-0.5 s to reach; --case killed, session 30: 0.45 s). Begun afresh it
+    measures the round trip as it is now and grows as a new connection would."""
+    option = getattr(socket, "TCP_CONGESTION", None)  # (Linux only)
+    if option is None:
+        return False
+    try:
+        name = sock.getsockopt(socket.IPPROTO_TCP, option, 16).split(b"\0", 1)[0]
+        other = b"cubic" if name == b"reno" else b"reno"  # (both always allowed)
+        sock.setsockopt(socket.IPPROTO_TCP, option, other)
+        sock.setsockopt(socket.IPPROTO_TCP, option, name)
+    except OSError:
+        return False  # (closing under us, or an algorithm this process may not set)
+    return True
+
+
 HIGH_WATER = 4 << 20
 """Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain."""
 HANDSHAKE_TIMEOUT = 10.0
@@ -199,6 +225,7 @@ class Connection(asyncio.BufferedProtocol):
         self._drained = (0.0, 0)  # (loop time, flushed) at wait_flushed's last look
         self._sock: socket.socket | None = None
         self._low_water = 1  # the socket's SO_RCVLOWAT now
+        self.congestion_restarts = 0  # (restart_congestion: for a test or a log)
         self._close_asked = False
         """close() came before the transport (see :meth:`connection_made`)."""
 
@@ -268,6 +295,12 @@ class Connection(asyncio.BufferedProtocol):
             with contextlib.suppress(OSError):  # (closing under us: the read ends anyway)
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
                 self._low_water = want
+
+    def restart_congestion(self) -> None:
+        """Begin the connection's congestion control afresh (restart_congestion_control):
+        it is to carry a stream again after a while without one."""
+        if self._sock is not None and restart_congestion_control(self._sock):
+            self.congestion_restarts += 1
 
     def eof_received(self) -> bool:
         if not self._reader.at_frame_boundary:

@@ -55,6 +55,19 @@ class DataPlaneConfig:
     verifies it against the manifest either way): each hop of a relay then trails its
     upstream by a piece instead of a whole chunk (see serve.serve_decision)."""
 
+    restart_cc_after: float = 0.2
+    """Seconds a connection may go without sending a chunk before the next one begins its
+    TCP congestion control afresh (``io.tcp.restart_congestion_control``; 0: never). A
+    connection idle since the fabric was empty keeps that fabric's round trip, and cubic
+    then leaves slow start at once when a stream begins on it mid-transfer (the link
+    after a slow or dead one, moving to the link before it). 0.2 s: Linux restarts slow
+    start after a retransmission timeout's idle (200 ms at least) anyway, so the window
+    is lost by then; what is kept is the stale round trip. Measured (bench/linerate.py,
+    N=4, 256 MiB, 1 Gbit/s, 16 rounds each): --case killed, no round over 1.2x one copy
+    (1.05-1.18x) against 4 of 16 (1.23-1.38x) without; medians alike (1.07-1.10x), and
+    the mid-chain slow link's and the healthy N=8 within the rounds' spread
+    (docs/results.md, session 31)."""
+
     @property
     def spread_after(self) -> float | None:
         """A fetched copy's super-seeding ``reserve_after`` (None: only origins seed; see
