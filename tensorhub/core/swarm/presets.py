@@ -64,9 +64,9 @@ class DataPlaneConfig:
     start after a retransmission timeout's idle (200 ms at least) anyway, so the window
     is lost by then; what is kept is the stale round trip. Measured (bench/linerate.py,
     N=4, 256 MiB, 1 Gbit/s, 16 rounds each): --case killed, no round over 1.2x one copy
-    (1.05-1.18x) against 4 of 16 (1.23-1.38x) without; medians alike (1.07-1.10x), and
-    the mid-chain slow link's and the healthy N=8 within the rounds' spread
-    (docs/results.md, session 31)."""
+    (1.05-1.18x) against 4 of 16 (1.23-1.38x) without; medians alike (1.07-1.10x); the
+    mid-chain slow link's within the rounds' spread; healthy N=8 over 10 rounds each,
+    median 1.116x against 1.111x (docs/results.md, session 31)."""
 
     @property
     def spread_after(self) -> float | None:
