@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -316,11 +317,21 @@ def _phases(
 
 
 def _tensorhub(
-    fabric: Fabric, receivers: int, size: int, preset: str, chunk: int, case: Case | None = None
+    fabric: Fabric,
+    receivers: int,
+    size: int,
+    preset: str,
+    chunk: int,
+    case: Case | None = None,
+    steps: int = 1,
 ) -> dict[str, Any]:
     """The real stack: Hub processes, one per namespace, with the data-plane ``preset``;
     the publisher and two receivers are the Raft voters. Everyone is in one rack (a flat
-    fabric). With ``case``, its victim is killed mid-transfer or is slow."""
+    fabric). With ``case``, its victim is killed mid-transfer or is slow. ``steps``: that
+    many versions in turn, as an RL job's steps: the publisher publishes each, every
+    receiver fetches it, then drops the one before (an engine's weights are overwritten in
+    place) as the publisher does; what the last step took is the result, each step's time
+    under ``step_seconds``. A victim is killed, or begins late, in the last step alone."""
     specs = [
         Spec(
             "publisher",
@@ -345,22 +356,39 @@ def _tensorhub(
     names = [s.name for s in specs[1:]]
     victim = f"r{case.victim}" if case is not None else None
     healthy = [n for n in names if n != victim]
+    step_seconds: list[float] = []
     with (
         tempfile.TemporaryDirectory(prefix="tensorhub-linerate-") as tmp,
         HubProcs(specs, tmp) as c,
     ):
-        c.call(["publisher"], "publish", MODEL, 1, size, 3, chunk)
+        stops = case is not None and case.kind == "stops"
+
+        def publish(version: int, seed: int) -> None:
+            c.call(["publisher"], "publish", MODEL, version, size, seed, chunk)
+            if version > 1:  # (the step before is overwritten: its memory is reused)
+                c.call(names, "drop", MODEL, version - 1)
+                if not stops:  # (it stopped serving it already)
+                    c.call(["publisher"], "drop", MODEL, version - 1)
+
+        for version in range(1, steps):  # (the steps before the measured one)
+            publish(version, 3 + version)
+            stop = partial(_stop_after_first_copy, c, names, version) if stops else None
+            ends, _ = c.fetch_each(names, MODEL, version, None, stop)
+            t0 = min(e[0] for e in ends.values())
+            step_seconds.append(max(ends[n][1] for n in healthy) - t0)
+        version = steps
+        publish(version, 3)
 
         def started() -> None:
-            if case is not None and case.kind == "stops":
-                _stop_after_first_copy(c, names)
+            if stops:
+                _stop_after_first_copy(c, names, version)
             if case is not None and case.kind in ("killed", "late"):
                 assert victim is not None
                 time.sleep(case.kill_after)
                 if case.kind == "killed":
                     c.kill(victim)
                 else:
-                    c.call([victim], "fetch", MODEL, 1, None)
+                    c.call([victim], "fetch", MODEL, version, None)
 
         sampler = _Sampler(fabric)
         start = _cpu_now()
@@ -380,7 +408,7 @@ def _tensorhub(
             hold = (
                 [victim] if victim is not None and case is not None and case.kind == "late" else []
             )
-            ends, delta = c.fetch_each(names, MODEL, 1, None, started, prepared, hold)
+            ends, delta = c.fetch_each(names, MODEL, version, None, started, prepared, hold)
         finally:
             cpu = _cpu_use(start, size * receivers)
             samples = sampler.stop()
@@ -389,6 +417,7 @@ def _tensorhub(
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
     out: dict[str, Any] = {
         "seconds": max(ends[n][1] for n in healthy) - t0,
+        "step_seconds": [*step_seconds, max(ends[n][1] for n in healthy) - t0],
         "healthy_short": 0,
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
@@ -412,15 +441,15 @@ def _tensorhub(
     return out
 
 
-def _stop_after_first_copy(c: HubProcs, names: list[str]) -> None:
+def _stop_after_first_copy(c: HubProcs, names: list[str], version: int) -> None:
     """The publisher stops serving (withdraws its copy) as soon as one receiver holds the
     whole model: a trainer that must get back to training."""
     deadline = time.monotonic() + 600
-    while not any(done for (done,) in c.call(names, "complete", MODEL, 1)):
+    while not any(done for (done,) in c.call(names, "complete", MODEL, version)):
         if time.monotonic() > deadline:
             raise RuntimeError("no receiver completed a copy in 600 s")
         time.sleep(0.005)
-    c.call(["publisher"], "drop", MODEL, 1)
+    c.call(["publisher"], "drop", MODEL, version)
 
 
 def _simulated(r: dict[str, Any]) -> str:
@@ -439,6 +468,17 @@ def _ratio(r: dict[str, Any]) -> str | float:
         return float(r["last_over_one_copy"])
     each = [x for x in rounds if x is not None]  # (some: the median is not a broken round)
     return f"{r['last_over_one_copy']:.3f} [{min(each):.3f}-{max(each):.3f}]"
+
+
+def _first_step(r: dict[str, Any]) -> str:
+    """With ``--steps``: the first step's last healthy receiver over one copy (before any
+    node knew anything of the others), the median [least-most] over the rounds."""
+    each = [x["steps_over_one_copy"][0] for x in r.get("rounds", [r]) if "steps_over_one_copy" in x]
+    if not each:
+        return "-"
+    if len(each) == 1:
+        return f"{each[0]:.3f}"
+    return f"{statistics.median(each):.3f} [{min(each):.3f}-{max(each):.3f}]"
 
 
 def _victim(r: dict[str, Any]) -> str:
@@ -485,12 +525,14 @@ def _round(
         ran = {}
         for name in names[turn:] + names[:turn]:
             chunk = parse_size(args.chunk)
-            ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case)
+            ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case, args.steps)
             r.update(_predicted(args, n, size, chunk, name, slow, case, r["starts"]))
         for name in names:  # (the table's order: as given)
             results[_label(name)] = ran[name]
     for r in results.values():
         r["last_over_one_copy"] = r["seconds"] / one if r["seconds"] is not None else None
+        if "step_seconds" in r:  # (each step's last healthy receiver, the last measured)
+            r["steps_over_one_copy"] = [t / one for t in r["step_seconds"]]
         if "victim_seconds" in r and case is not None:  # against its own bound
             r["victim_over_its_bound"] = r["victim_seconds"] / (case.bound * one)
     return results
@@ -528,7 +570,7 @@ def _predicted(
         killed = {case.victim: max(began.values()) + case.kill_after / copy}
     each = [
         predict_each(n, size, args.rate, chunk, preset(name), seed, slow,
-                     late=began, killed=killed, stops=kind == "stops")
+                     late=began, killed=killed, stops=kind == "stops", steps=args.steps)
         for seed in (1, 2, 3)
     ]  # fmt: skip
     healthy = [i for i in range(1, n + 1) if case is None or kind == "stops" or i != case.victim]
@@ -613,10 +655,21 @@ def main() -> None:
         help="the TCP congestion control every system's connections use in this run (e.g. "
         "cubic, bbr; tensorhub's through TENSORHUB_TCP_CONGESTION); default: the host's",
     )
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="tensorhub fetches this many versions in turn, as an RL job's steps (each "
+        "receiver drops the one before), and the last is measured: what a node learnt in "
+        "one step (a slow NIC: its lag memory) is used in the next; the first step's ratio "
+        "is reported beside it",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds wants a count >= 1")
+    if args.steps < 1:
+        ap.error("--steps wants a count >= 1")
     if args.victim is not None and not 1 <= args.victim <= args.receivers:
         ap.error(f"--victim wants a receiver, 1..{args.receivers}")
     why = unavailable()
@@ -664,6 +717,7 @@ def main() -> None:
             "CPU busy",
             "sim. median",
             *([f"r{victim} / its bound (sim.)"] if args.case in ("slow", "late") else []),
+            *(["step 1 / one copy"] if args.steps > 1 else []),
         ],
         [
             [
@@ -676,6 +730,7 @@ def main() -> None:
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
                 _simulated(r),
                 *([_victim(r)] if args.case in ("slow", "late") else []),
+                *([_first_step(r)] if args.steps > 1 else []),
             ]
             for name, r in results.items()
         ],
@@ -715,6 +770,7 @@ def main() -> None:
             "case": args.case,
             "victim": victim if args.case != "healthy" else None,
             "rounds": args.rounds,
+            "steps": args.steps,
             "machine": machine(),
             "congestion_control": cc,
             # Which preset each tensorhub row ran (a name's settings change: "node" was

@@ -37,13 +37,45 @@ def predict_each(
     late: Mapping[int, float] | None = None,
     killed: Mapping[int, float] | None = None,
     stops: bool = False,
+    steps: int = 1,
 ) -> list[float]:
     """Each receiver's time over one copy's (size / rate), simulated, receivers 1..N in
     order, from its own start; ``rates``: receiver -> its NIC's rate (Mbit/s) where not
     ``rate_mbit`` (the bench's slow receiver, both ways, as ``Fabric(rates=...)``);
     ``late``: receiver -> when it begins its fetch, in copies (the bench's late joiner);
     ``killed``: receiver -> when it dies, in copies (inf for it); ``stops``: the publisher
-    withdraws its copy once one receiver holds the whole version (the bench's "stops")."""
+    withdraws its copy once one receiver holds the whole version (the bench's "stops").
+    ``steps``: the last of that many fetches of successive versions, each beginning with
+    the laggards of the one before at the chain's tail (the node's lag memory); the victim
+    is killed in the last alone (the bench's ``--steps``)."""
+    if steps < 1:
+        raise ValueError(f"steps wants a count >= 1, not {steps}")
+    lagged: frozenset[int] = frozenset()
+    times: list[float] = []
+    for step in range(1, steps + 1):
+        last = step == steps
+        times, lagged = _fetch(
+            receivers, size, rate_mbit, chunk, dataplane, seed, rates, late,
+            killed if last else None, stops, lagged,
+        )  # fmt: skip
+    return times
+
+
+def _fetch(
+    receivers: int,
+    size: int,
+    rate_mbit: float,
+    chunk: int,
+    dataplane: DataPlaneConfig,
+    seed: int,
+    rates: Mapping[int, float] | None,
+    late: Mapping[int, float] | None,
+    killed: Mapping[int, float] | None,
+    stops: bool,
+    lagged_before: frozenset[int],
+) -> tuple[list[float], frozenset[int]]:
+    """One fetch of :func:`predict_each`: each receiver's time, and the receivers whose
+    relay fell behind."""
     spec = TopologySpec(
         dcs=1,
         racks_per_dc=1,
@@ -66,7 +98,10 @@ def predict_each(
         early_hints=False,
         tick=NODE_TICK,
     )
-    s = Swarm(e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed)
+    s = Swarm(
+        e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed,
+        lagged_before={hosts[i] for i in lagged_before},
+    )  # fmt: skip
     one = size / (rate_mbit * 1e6 / 8)
     starts = {f: (late or {}).get(i, 0.0) * one for i, f in enumerate(hosts[1:], 1)}
     s.start(at=starts)
@@ -80,4 +115,6 @@ def predict_each(
 
         s.on_done = first_copy
     e.run()
-    return [((s.nodes[f].finished or math.inf) - starts[f]) / one for f in hosts[1:]]
+    times = [((s.nodes[f].finished or math.inf) - starts[f]) / one for f in hosts[1:]]
+    laggards = s.laggards
+    return times, frozenset(i for i, f in enumerate(hosts[1:], 1) if f in laggards)

@@ -27,6 +27,7 @@ import functools
 import math
 import random
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,8 +218,12 @@ class Swarm:
         seed: int = 0,
         holders: Sequence[str] = (),
         origin_chunks: dict[str, Sequence[int]] | None = None,
+        lagged_before: AbstractSet[str] = frozenset(),
     ) -> None:
         self.e, self.net, self.c, self.cfg = engine, net, cluster, cfg
+        # Fetchers whose relay fell behind in the last fetch (the node's lag memory, read
+        # from gossip as a fetch begins): each planner is told at its start.
+        self.lagged_before = frozenset(lagged_before)
         self._spread_after = cfg.dataplane().spread_after  # (as the node's PeerHandler)
         self.chunk_bytes = size / cfg.chunks
         nic = cluster.spec.nic_gbytes * 1e9 * cluster.spec.efficiency
@@ -292,6 +297,8 @@ class Swarm:
             rng = random.Random(node.planner_seed)
             node.planner = ChunkPlanner(f, cfg.chunks, rng, self.planner_cfg)
             session = node.session = FetchSession(node.planner, [] if cfg.record else None)
+            if self.lagged_before:
+                session.set_lagged_before(self.lagged_before)
             others = [g for g in self.fetchers if g != f]
             rng.shuffle(others)
             others.sort(key=lambda g: self.c.tier(f, g))
@@ -465,6 +472,14 @@ class Swarm:
 
     def _lost(self, f: str, r: Request, n: int | None) -> None:
         self._failed(f, r, Outcome.LOST, n=n)
+
+    @property
+    def laggards(self) -> frozenset[str]:
+        """Fetchers whose relay fell behind (what each would keep as its lag memory, for
+        the next fetch's ``lagged_before``)."""
+        return frozenset(
+            f for f in self.fetchers if (p := self.nodes[f].planner) is not None and p.lagging
+        )
 
     @property
     def done(self) -> bool:

@@ -564,7 +564,8 @@ class Hub:
             and (a := core.addr_of(n)) is not None
             and a != self.address
         ]
-        return SourceNews(out, fetchers, members, health, gone)
+        lagged = frozenset(a for n in core.holders.lagged(dp) if (a := core.addr_of(n)) is not None)
+        return SourceNews(out, fetchers, members, health, gone, lagged)
 
     def _watch_sources(
         self, dp: str, version: int, tell: Callable[[SourceNews], None]
@@ -837,6 +838,8 @@ class Hub:
                 self.gossip.advertise(
                     dp, version, filling.have, borrowed=True, lagging=filling.lagging
                 )
+            if held == n and chunk >= 0:  # (whole: our next fetch of dp begins with it)
+                self.gossip.remember_lag(dp, version, filling.lagging)
 
         if replica is not None and replica.complete:  # a delta rebuilt every chunk
             return await swarm_fill(self.node, replica, [], on_chunk=progress)

@@ -26,7 +26,7 @@ import msgspec
 
 from ..core.errors import TensorHubError
 from ..core.gossip import GossipConfig, GossipCore
-from ..core.gossip.holders import Holding, encode_holding, hold_key
+from ..core.gossip.holders import Holding, encode_holding, encode_lag, hold_key, lag_key
 from ..core.gossip.messages import (
     GAck,
     GDelta,
@@ -143,6 +143,16 @@ class GossipNode:
 
     def withdraw(self, key: ShardKey, version: int) -> None:
         self.core.delete_local(hold_key(key, version))
+
+    def remember_lag(self, key: ShardKey, version: int, lagged: bool) -> None:
+        """Our fetch of (key, version) ended: keep whether our relay fell behind in it as
+        our lag memory of ``key``, which every node's next fetch of it reads
+        (holders.py), or clear it."""
+        name, value = lag_key(key), encode_lag(version)
+        if not lagged:
+            self.core.delete_local(name)  # (nothing sent if there was none)
+        elif self.core.state.get(self.core.name, name) != value:
+            self.core.set_local(name, value)
 
     # -- plumbing ------------------------------------------------------------------------------
 

@@ -44,13 +44,16 @@ class SourceNews:
     (a source declared dead is dropped; a suspect gets no new requests). ``gone``: holders
     whose advertisement was withdrawn (they unpublished, or a failed fetch let go): the
     fetch plans without them instead of asking them again every ``gone_ticks`` and being
-    told "withdrawn" each time."""
+    told "withdrawn" each time. ``lagged_before``: the members (us, perhaps) whose relay
+    fell behind in their last fetch of the key, by address (the holder view's lag memory):
+    read from a fetch's first news only (ChunkPlanner.set_lagged_before)."""
 
     holders: list[Holder] = field(default_factory=list)
     dc_fetchers: list[str] | None = None
     dc_members: list[str] | None = None
     health: Mapping[str, Status] | None = None
     gone: list[str] = field(default_factory=list)
+    lagged_before: frozenset[str] = frozenset()
 
 
 NO_NEWS = SourceNews()

@@ -1,8 +1,14 @@
-"""Who holds which chunks of which version, nearest first.
+"""Who holds which chunks of which version, nearest first; and whose relay fell behind.
 
 Each node advertises, under the key ``h/<model>/<version>``, a bitmap of the chunks it holds
 and has verified. :class:`HolderView` keeps an inverted index (model, version) → holders, so
 "who holds chunk c of v, nearest first" costs O(holders of v), never a scan of the cluster.
+
+Under ``l/<model>`` a node keeps the version of its last fetch of the model in which its
+relay fell behind (its *lag memory*), and deletes it after a fetch in which it did not:
+the next fetch of every node begins with it at the chain's tail
+(``ChunkPlanner.set_lagged_before``). Not in the version's holding, which an engine that
+fetches into its own weights withdraws as the next fetch begins.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import msgspec
 import numpy as np
 
 HOLD_PREFIX = "h/"
+LAG_PREFIX = "l/"
 
 
 class Holding(msgspec.Struct, frozen=True, array_like=True):
@@ -62,10 +69,19 @@ class Holding(msgspec.Struct, frozen=True, array_like=True):
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder(Holding)
+_lag_dec = msgspec.msgpack.Decoder(int)
 
 
 def hold_key(model: str, version: int) -> str:
     return f"{HOLD_PREFIX}{model}/{version}"
+
+
+def lag_key(model: str) -> str:
+    return f"{LAG_PREFIX}{model}"
+
+
+def encode_lag(version: int) -> bytes:
+    return _enc.encode(version)
 
 
 def encode_holding(h: Holding) -> bytes:
@@ -102,6 +118,7 @@ class HolderView:
     def __init__(self) -> None:
         self._by_version: dict[tuple[str, int], dict[str, Holding]] = {}
         self._changed: dict[tuple[str, int], set[str]] = {}
+        self._lagged: dict[str, dict[str, int]] = {}  # model -> node -> version it lagged in
 
     def take_changed(self) -> dict[tuple[str, int], set[str]]:
         """(model, version) → the nodes whose advertisement of it changed since the last
@@ -110,6 +127,9 @@ class HolderView:
         return out
 
     def update(self, node: str, key: str, value: bytes | None) -> None:
+        if key.startswith(LAG_PREFIX):
+            self._lag_update(node, key[len(LAG_PREFIX) :], value)
+            return
         parsed = parse_hold_key(key)
         if parsed is None:
             return
@@ -125,7 +145,27 @@ class HolderView:
         except (msgspec.DecodeError, ValueError):
             holders.pop(node, None)  # an undecodable advertisement is no advertisement
 
+    def _lag_update(self, node: str, model: str, value: bytes | None) -> None:
+        lagged = self._lagged.setdefault(model, {})
+        try:
+            version = None if value is None else _lag_dec.decode(value)
+        except (msgspec.DecodeError, ValueError):
+            version = None  # (an undecodable memory is none)
+        if version is None:
+            lagged.pop(node, None)
+        else:
+            lagged[node] = version
+        if not lagged:
+            del self._lagged[model]
+
+    def lagged(self, model: str) -> dict[str, int]:
+        """The nodes whose relay fell behind in their last fetch of ``model``, with the
+        version it was (their lag memory: see the module's doc)."""
+        return dict(self._lagged.get(model, {}))
+
     def forget(self, node: str) -> None:
+        for model in [m for m, nodes in self._lagged.items() if node in nodes]:
+            self._lag_update(node, model, None)
         for key in [k for k, hs in self._by_version.items() if node in hs]:
             self._changed.setdefault(key, set()).add(node)
             del self._by_version[key][node]

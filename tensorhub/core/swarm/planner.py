@@ -409,6 +409,7 @@ class ChunkPlanner:
         self._lost_at: dict[str, int] = {}  # relay: links lost -> their highest chunk then
         self._relay_hops = 0  # relay: links before us in the chain, at the last look
         self._lagging: set[str] = set()  # links (us, perhaps) that fell behind: the tail's
+        self._lagged_before: frozenset[str] = frozenset()  # see set_lagged_before
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_window: deque[tuple[int, int]] = deque()  # (its chunks, our lag) lately
         self._relay_skipped = False  # our upstream is not the link just before us
@@ -609,6 +610,27 @@ class ChunkPlanner:
             src.chunks.add(c)
             src.gained(c)
             self._hold(name, c)
+
+    def set_lagged_before(self, names: Iterable[str]) -> None:
+        """``relay``: links (us, perhaps) that fell behind in their last fetch of this key
+        (the holder view's lag memory, ``HolderView.lagged``): they begin at the chain's
+        tail, in name order. In RL the same workers fetch every step and a slow NIC stays
+        slow, so without the memory every step paid for the verdict again: the links after
+        a half-rate one relayed at its pace until it judged itself lagging, then ramped up
+        on a connection to the link before it (bench/linerate.py --case slow: 1.25-1.40x
+        one copy, session 31). At the tail such a link holds no one back, and one no longer
+        slow costs nothing there: it relays from the last link at line rate, and its fetch
+        ends without a verdict, which clears its memory for the next step. Unlike a lag
+        judged in this fetch it changes nothing but the chain's order: such a link is
+        judged as any other (its verdict is what the memory keeps), parks requests, and is
+        not skipped as an upstream by a laggard. Given at the fetch's start; every fetcher
+        reads the same memory from gossip, written when the last step ended, so they agree
+        on the order from the first plan."""
+        hinted = frozenset(names)
+        if hinted != self._lagged_before:
+            self._changes += 1
+            self._effects += 1
+            self._lagged_before = hinted
 
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
         """A source has (or is about to have) ``chunk``: it announced it, or the origin
@@ -1135,7 +1157,7 @@ class ChunkPlanner:
                 self.dc_fetchers
             )
         key = self._chain_key
-        mine = key(me)
+        mine, lagging = key(me), self.lagging
         held, behind = self.num_chunks - self._missing, LAG_CHUNKS
         # A laggard relays from the nearest laggard before us that we know of (it refused
         # us, or the holder view says so) and that is ahead of us, else from the tail;
@@ -1150,7 +1172,7 @@ class ChunkPlanner:
         waiting: str | None = None  # the nearest link that has not begun, waited for
         before = sorted((n for n in chain if key(n) < mine), key=key, reverse=True)
         self._relay_hops = len(before)  # (links between the origin and us: see RELAY_HOP_WAIT)
-        if mine[0] and (ahead := self._laggard_ahead(chain, held)) is not None:
+        if lagging and (ahead := self._laggard_ahead(chain, held)) is not None:
             self._relay_skipped = False
             return ahead
         for name in before:
@@ -1161,12 +1183,12 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
-            if mine[0] and name in self._lagging:
+            if lagging and name in self._lagging:
                 continue  # (none is ahead of us: _laggard_ahead) to the tail
             if self._lost(name, src):
                 skipped = True
                 continue
-            if not mine[0] and name not in self._full and src.top + 1 + behind < held:
+            if not lagging and name not in self._full and src.top + 1 + behind < held:
                 # Far behind us (it joined late, or moved to the tail): it has nothing for
                 # us, and relaying from it would hold us to its pace (simulated, a receiver
                 # joining halfway: its downstream waited on it, then judged itself lagging).
@@ -1268,7 +1290,9 @@ class ChunkPlanner:
         return {n for n, s in self.sources.items() if not s.origin and s.tier < WAN_TIER}
 
     def _chain_key(self, name: str) -> tuple[bool, str]:
-        return name in self._lagging, name
+        """A link's place in the chain: name order, laggards (judged in this fetch or
+        remembered from the last: set_lagged_before) after every other."""
+        return name in self._lagging or name in self._lagged_before, name
 
     def _note_lag(self) -> None:
         """Mark us lagging once we fell ``LAG_FALL`` further behind our upstream than we
@@ -1452,10 +1476,12 @@ class ChunkPlanner:
         we began late)? Then relaying from our upstream would share its uplink with that
         link, and the tail is where we belong (simulated, a receiver joining halfway: its
         downstream ran at half rate until the joiner judged itself lagging)."""
-        after = [n for n in self._links() if n > self.me and n not in self._lagging]
+        key = self._chain_key
+        mine = key(self.me)
+        after = [n for n in self._links() if key(n) > mine and n not in self._lagging]
         if not after:
             return False
-        nxt = self.sources[min(after)]
+        nxt = self.sources[min(after, key=key)]
         return nxt.top + 1 >= lag
 
     @property

@@ -189,6 +189,12 @@ class FetchSession:
         self.planner.set_source(name, tier, chunks, origin=origin, lagging=lagging)
 
     @_input
+    def set_lagged_before(self, names: AbstractSet[str]) -> None:
+        """Links that fell behind in their last fetch of this key: the chain's tail from
+        the start (ChunkPlanner.set_lagged_before)."""
+        self.planner.set_lagged_before(names)
+
+    @_input
     def add_chunk(self, name: str, chunk: int, tier: int | None = None) -> None:
         """A source announced ``chunk`` (or an origin said it sent it there)."""
         self.planner.add_chunk(name, chunk, tier)
