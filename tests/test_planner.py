@@ -855,8 +855,21 @@ def test_a_relay_link_that_falls_behind_its_upstream_relays_from_the_tail() -> N
     its upstream than it ever was, it counts itself lagging and relays from the chain's
     tail, whose uplink no one else uses."""
     p = _relay_n5()
+    upstream_has, step = _fall_behind(p, "n4")
+    # not before it fell that far behind, and kept falling behind a while; but soon: its
+    # fall is measured over its upstream's last LAG_WINDOW chunks (until session 25, from
+    # the least lag of the whole fetch, it was judged with its upstream at 39 chunks; now 33)
+    assert upstream_has >= LAG_CHUNKS and step >= RELAY_START_WAIT
+    assert upstream_has <= 34, upstream_has
+    p.set_source("n8", 1, range(upstream_has))
+    assert {r.source for r in p.next_requests()} == {"n8"}
+
+
+def _fall_behind(p: ChunkPlanner, up: str) -> tuple[int, int]:
+    """``p`` relays from ``up``, which gains chunks at twice its pace, until ``p`` judges
+    itself lagging: how many ``up`` then held, and the ticks it took."""
     reqs = p.next_requests()
-    assert {r.source for r in reqs} == {"n4"} and not p.lagging
+    assert {r.source for r in reqs} == {up} and not p.lagging
     upstream_has, step = 1, 0
     for r in reqs[:1]:  # it gains chunks at twice our pace
         p.received(r.chunk, r.source)
@@ -867,17 +880,33 @@ def test_a_relay_link_that_falls_behind_its_upstream_relays_from_the_tail() -> N
         if step % 2:
             continue
         upstream_has += 2
-        p.set_source("n4", 1, range(upstream_has))
+        p.set_source(up, 1, range(upstream_has))
         reqs = p.next_requests()
         if reqs:
             p.received(reqs[0].chunk, reqs[0].source)  # one of ours lands per two of its
-    # not before it fell that far behind, and kept falling behind a while; but soon: its
-    # fall is measured over its upstream's last LAG_WINDOW chunks (until session 25, from
-    # the least lag of the whole fetch, it was judged with its upstream at 39 chunks; now 33)
-    assert upstream_has >= LAG_CHUNKS and step >= RELAY_START_WAIT
-    assert upstream_has <= 34, upstream_has
-    p.set_source("n8", 1, range(upstream_has))
-    assert {r.source for r in p.next_requests()} == {"n8"}
+    return upstream_has, step
+
+
+def test_a_link_that_lagged_in_its_last_fetch_begins_at_the_chains_tail() -> None:
+    """The lag memory (ChunkPlanner.set_lagged_before): n4 fell behind in the last step,
+    so n5 relays from n3 from its first plan instead of at n4's pace until n4's verdict
+    (bench/linerate.py --case slow: 1.25-1.40x one copy at each step without it)."""
+    p = _relay_n5()
+    p.set_source("n3", 1, [0])
+    p.set_lagged_before({"n4"})
+    assert {r.source for r in p.next_requests()} == {"n3"}
+    assert not p.lagging
+
+
+def test_a_link_remembered_lagging_relays_from_the_last_link_and_is_judged_again() -> None:
+    """n5 itself lagged in the last step: it begins at the tail, after n8, as a link like
+    any other, and is judged again there, which keeps the memory for the next step (a
+    link no longer slow is not judged, and its fetch clears it)."""
+    p = _relay_n5()
+    p.set_source("n8", 1, [0])
+    p.set_lagged_before({"n5"})
+    _fall_behind(p, "n8")
+    assert p.lagging
 
 
 def test_a_relay_link_told_of_its_upstream_in_bursts_still_judges_itself_lagging() -> None:

@@ -45,3 +45,26 @@ def test_two_slow_links_of_a_relay_chain_both_fall_back_and_every_copy_ends_veri
     # Each slow one's own bound is two copies, and a chain held to its pace takes that
     # too: the healthy ones, run around them, finish sooner.
     assert out["seconds"] < 10 * one_copy
+
+
+@needs_netns
+def test_a_slow_link_remembered_from_the_last_step_is_the_chains_tail_from_the_start() -> None:
+    """The lag memory across real processes: r3 of 4 on a half-rate NIC falls behind in
+    the first step and keeps that in gossip (``l/<key>``, HolderView.lagged) though it
+    drops the version; in the second step every node begins with it at the chain's tail.
+    So r4 takes the whole model from r2 (in the first step it relayed from r3 until r3's
+    verdict), and r3 from r4, the last link."""
+    from bench.linerate import Case, _tensorhub
+    from tensorhub.testing.netns import Fabric
+
+    size, rate, chunk = 64 << 20, 400.0, 1 << 20
+    with Fabric(5, rate, rates={3: rate / 2}) as fabric:
+        out = _tensorhub(fabric, 4, size, "node", chunk, Case("slow", 3), steps=2)
+    one_copy = size / (rate * 1e6 / 8)
+    print("each step / one copy:", [round(t / one_copy, 3) for t in out["step_seconds"]])
+    print("links of the second step:", out["links"], "failures:", out["failures"])
+    links = out["links"]
+    assert out["healthy_short"] == 0 and out["duplicate_fraction"] < 0.05
+    assert links.get("r3>r4", 0.0) < 0.05  # (no chunk of the second step through r3)
+    assert links.get("r2>r4", 0.0) > 0.9
+    assert links.get("r4>r3", 0.0) > 0.9

@@ -343,3 +343,23 @@ def test_a_request_abandoned_while_queued_and_asked_again_is_two_sendings() -> N
     # too: with starts drawn apart the simulated chain at 250 Mbit/s forms slowly, which
     # the namespaces do not show, 1.29x at N=8; docs/results.md, session 29.)
     assert max(times) < 2.5
+
+
+def test_a_slow_link_remembered_from_the_last_step_costs_the_chain_nothing() -> None:
+    """The lag memory, simulated: r3 of 4 at half rate. In the first step the links after
+    it relay at its pace until it judges itself lagging; in the next it begins at the
+    chain's tail (its fetch ended lagging: ChunkPlanner.set_lagged_before), the healthy
+    ones relay at line rate from the start, and it stays there a step later (at the tail
+    it falls behind the last link and is judged again, which keeps the memory)."""
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import NODE
+
+    def healthy(steps: int) -> float:
+        times = predict_each(4, 256 << 20, 1000.0, 4 << 20, NODE, 1, {3: 500.0}, steps=steps)
+        print(steps, "step(s), each receiver / one copy:", [round(t, 3) for t in times])
+        assert times[2] / 2 < 1.05  # (the slow one within its own bound, two copies)
+        return max(t for i, t in enumerate(times) if i != 2)
+
+    first, second, third = healthy(1), healthy(2), healthy(3)
+    assert first > 1.1  # (1.146: the verdict's cost)
+    assert second < 1.03 and third == second  # (1.019: a chain's fill)

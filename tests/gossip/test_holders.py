@@ -1,6 +1,14 @@
 from __future__ import annotations
 
-from tensorhub.core.gossip.holders import HolderView, Holding, encode_holding, hold_key, tier
+from tensorhub.core.gossip.holders import (
+    HolderView,
+    Holding,
+    encode_holding,
+    encode_lag,
+    hold_key,
+    lag_key,
+    tier,
+)
 
 
 def test_tier_orders_host_rack_dc() -> None:
@@ -79,3 +87,20 @@ def test_a_newer_version_counts_as_fetched_once_a_non_origin_holds_it_whole() ->
     assert view.newer_fetched("policy", 2) is None
     view.update("r2", hold_key("policy", 3), encode_holding(Holding.of(b"\1\1")))
     assert view.newer_fetched("policy", 1) == 3
+
+
+def test_a_nodes_lag_memory_is_kept_per_model_until_cleared_or_the_node_is_forgotten() -> None:
+    """The version of a node's last fetch in which its relay fell behind, under its own
+    key (not in the version's holding, which an engine fetching into its own weights
+    withdraws as the next fetch begins): ChunkPlanner.set_lagged_before reads it."""
+    view = HolderView()
+    view.update("r3", lag_key("policy"), encode_lag(7))
+    view.update("r5", lag_key("policy"), encode_lag(6))
+    view.update("r5", lag_key("value"), encode_lag(6))
+    view.update("r3", hold_key("policy", 7), None)  # (its holding withdrawn: kept still)
+    assert view.lagged("policy") == {"r3": 7, "r5": 6}
+    view.update("r3", lag_key("policy"), None)  # a fetch without a lag clears it
+    view.update("r5", lag_key("policy"), b"\xc1")  # undecodable: no memory
+    assert view.lagged("policy") == {} and view.lagged("value") == {"r5": 6}
+    view.forget("r5")  # (dead: gossip drops what it said)
+    assert view.lagged("value") == {} and view.versions() == []
