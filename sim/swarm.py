@@ -475,10 +475,15 @@ class Swarm:
 
     @property
     def laggards(self) -> frozenset[str]:
-        """Fetchers whose relay fell behind (what each would keep as its lag memory, for
-        the next fetch's ``lagged_before``)."""
+        """Fetchers that finished with their relay fallen behind (what each keeps as its
+        lag memory, as the node does once its replica is whole: the next fetch's
+        ``lagged_before``)."""
         return frozenset(
-            f for f in self.fetchers if (p := self.nodes[f].planner) is not None and p.lagging
+            f
+            for f in self.fetchers
+            if (node := self.nodes[f]).finished is not None
+            and node.planner is not None
+            and node.planner.lagging
         )
 
     @property

@@ -530,6 +530,16 @@ class _Driver:
                     name,
                     version,
                 )
+            elif planner.remembered_lagging:
+                log.warning(
+                    "%s v%d: this node fell behind the link before it in the relay chain "
+                    "again (a slow NIC or host?) with %d of %d chunks; it began at the "
+                    "chain's tail, as its last fetch ended lagging, and stays there",
+                    name,
+                    version,
+                    held,
+                    planner.num_chunks,
+                )
             else:
                 log.warning(
                     "%s v%d: this node fell behind the link before it in the relay chain "

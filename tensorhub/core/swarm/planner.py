@@ -198,6 +198,11 @@ class PlannerConfig:
     head_chunks: int = HEAD_CHUNKS
     """``head_check``: how many of the head's chunks are timed before the probe (see
     ``HEAD_CHUNKS``; ``node:planner.head_chunks=8`` is the rule of session 28)."""
+    lag_memory: bool = True
+    """``relay``: links that lagged in their last fetch of the key begin this one at the
+    chain's tail (:meth:`ChunkPlanner.set_lagged_before`). Off
+    (``node:planner.lag_memory=false``), each fetch judges them afresh, as until session
+    32."""
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -626,7 +631,7 @@ class ChunkPlanner:
         not skipped as an upstream by a laggard. Given at the fetch's start; every fetcher
         reads the same memory from gossip, written when the last step ended, so they agree
         on the order from the first plan."""
-        hinted = frozenset(names)
+        hinted = frozenset(names) if self.cfg.lag_memory else frozenset()
         if hinted != self._lagged_before:
             self._changes += 1
             self._effects += 1
@@ -1483,6 +1488,12 @@ class ChunkPlanner:
             return False
         nxt = self.sources[min(after, key=key)]
         return nxt.top + 1 >= lag
+
+    @property
+    def remembered_lagging(self) -> bool:
+        """Did we begin at the chain's tail, our last fetch of the key having ended
+        lagging (:meth:`set_lagged_before`)?"""
+        return self.me in self._lagged_before
 
     @property
     def lagging(self) -> bool:
