@@ -526,7 +526,7 @@ def _round(
         for name in names[turn:] + names[:turn]:
             chunk = parse_size(args.chunk)
             ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case, args.steps)
-            r.update(_predicted(args, n, size, chunk, name, slow, case, r["starts"]))
+            r.update(_predicted(args, n, size, chunk, name, slow, case, r["starts"], args.steps))
         for name in names:  # (the table's order: as given)
             results[_label(name)] = ran[name]
     for r in results.values():
@@ -552,6 +552,7 @@ def _predicted(
     slow: dict[int, float],
     case: Case | None,
     starts: dict[str, float],
+    steps: int = 1,
 ) -> dict[str, list[float]]:
     """The simulator's prediction of one tensorhub round (seeds 1-3): the last healthy
     receiver over one copy, counted as measured (from the first start to the last end),
@@ -559,7 +560,8 @@ def _predicted(
     with every receiver starting at once, a simulated relay link a fraction of a
     millisecond late had tangled the chain: docs/results.md, "A fetcher is a source once
     it began"). The killed victim, gone before its start could be read, is taken to
-    begin with the last one."""
+    begin with the last one. ``steps``: the run's ``--steps`` (its last step predicted,
+    each step before it telling the next its laggards)."""
     copy = size / (args.rate * 1e6 / 8)  # predict_each's copy: the NIC's, not the p2p run's
     began = {int(k[1:]): t / copy for k, t in starts.items()}
     if case is not None and case.victim and case.victim not in began:
@@ -570,7 +572,7 @@ def _predicted(
         killed = {case.victim: max(began.values()) + case.kill_after / copy}
     each = [
         predict_each(n, size, args.rate, chunk, preset(name), seed, slow,
-                     late=began, killed=killed, stops=kind == "stops", steps=args.steps)
+                     late=began, killed=killed, stops=kind == "stops", steps=steps)
         for seed in (1, 2, 3)
     ]  # fmt: skip
     healthy = [i for i in range(1, n + 1) if case is None or kind == "stops" or i != case.victim]

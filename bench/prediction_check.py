@@ -80,7 +80,7 @@ def collect(specs: list[str], chunk: int) -> dict[tuple[str, int, str], Pool]:
                 one = p2p[i]["seconds"] if i < len(p2p) else d["p2p"]["seconds"]
                 sim = _predicted(
                     args, d["receivers"], d["model_bytes"], chunk, name, slow,
-                    _case(d, one), r["starts"],
+                    _case(d, one), r["starts"], d.get("steps", 1),
                 )  # fmt: skip
                 pool = pools.setdefault((d["case"], d["model_bytes"], name), Pool([], [], []))
                 pool.measured.append(r["last_over_one_copy"])

@@ -97,6 +97,7 @@ def _fetch(
         chunks=max(1, math.ceil(size / chunk)),
         early_hints=False,
         tick=NODE_TICK,
+        member_grace=dataplane.planner.member_grace,  # (the node's, in its own ticks)
     )
     s = Swarm(
         e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed,

@@ -87,7 +87,9 @@ class SwarmConfig:
     near_waiting: int | None = SIMULATED.near_waiting  # for a rack-mate
     uploads_per_peer: int | None = SIMULATED.uploads_per_peer
     record: bool = False  # keep each fetch session's inputs (FetchSession.record)
-    # (member_grace is set from hint_delay: see Swarm.__init__)
+    # The planner's member_grace, in ticks; None: the ticks of ``hint_delay`` (see
+    # Swarm.__init__). The bench's mirror (sim/fanout.py) passes the node's.
+    member_grace: int | None = None
     planner: PlannerConfig = field(default_factory=lambda: SIMULATED.planner)
 
     @classmethod
@@ -232,10 +234,17 @@ class Swarm:
         # WAN owners long before a chunk could cross.
         self.tick = cfg.tick or self.chunk_bytes / nic
         # The planner counts non-fetching members as WAN owners while gossip may not yet
-        # show who fetches: here a fetcher shows ``hint_delay`` after it begins.
-        self.planner_cfg = dataclasses.replace(
-            cfg.planner, member_grace=max(1, math.ceil(cfg.hint_delay / self.tick))
-        )
+        # show who fetches: here a fetcher shows ``hint_delay`` after it begins. (The node
+        # keeps its 100 ticks whatever gossip's pace, and a relay link also waits that long
+        # for a link that has not begun: with one tick, a link that began a millisecond
+        # before the one ahead of it skipped it, and both pulled from the origin; the
+        # head check then took the head for slow. sim/fanout.py, the mirror of
+        # bench/linerate.py, passes the node's ``member_grace``: docs/results.md, session
+        # 32.)
+        grace = cfg.member_grace
+        if grace is None:
+            grace = max(1, math.ceil(cfg.hint_delay / self.tick))
+        self.planner_cfg = dataclasses.replace(cfg.planner, member_grace=grace)
         self.rng = random.Random(seed)
         self.nodes: dict[str, _Node] = {}
         self.origins = list(origins)
