@@ -564,8 +564,7 @@ class Hub:
             and (a := core.addr_of(n)) is not None
             and a != self.address
         ]
-        lagged = frozenset(a for n in core.holders.lagged(dp) if (a := core.addr_of(n)) is not None)
-        return SourceNews(out, fetchers, members, health, gone, lagged)
+        return SourceNews(out, fetchers, members, health, gone)
 
     def _watch_sources(
         self, dp: str, version: int, tell: Callable[[SourceNews], None]
@@ -627,6 +626,11 @@ class Hub:
         return seed_context(
             my_dc, None if loc is None else _dc(loc), others_here, dc_of, self._alive
         )
+
+    def _lagged_before(self, key: ShardKey) -> frozenset[str]:
+        """The addresses of the nodes whose lag memory of ``key`` gossip holds."""
+        core = self.gossip.core
+        return frozenset(a for n in core.holders.lagged(key) if (a := core.addr_of(n)) is not None)
 
     def _lagging(self, key: ShardKey, version: int, name: str) -> bool:
         """Does ``name`` advertise (key, version) as a relay link that fell behind?"""
@@ -1336,6 +1340,9 @@ class _GossipView:
 
     def lagging(self, key: ShardKey, version: int, name: str) -> bool:
         return self.hub is not None and self.hub._lagging(key, version, name)
+
+    def lagged_before(self, key: ShardKey) -> frozenset[str]:
+        return frozenset() if self.hub is None else self.hub._lagged_before(key)
 
     def ucx_route(self, addr: str) -> str | None:
         return None if self.hub is None else self.hub._ucx_route(addr)

@@ -431,9 +431,9 @@ async def test_a_lag_is_remembered_for_every_nodes_next_fetch_and_a_fetch_withou
 ) -> None:
     """The lag memory through Hubs and their gossip: the memory a fetch that fell behind
     leaves (``GossipNode.remember_lag``, from ``_fetch_whole``'s progress) reaches every
-    node's next fetch of the key, its own too, as ``SourceNews.lagged_before`` by address
-    (ChunkPlanner.set_lagged_before); the node's next whole fetch that did not lag clears
-    it everywhere."""
+    node's next fetch of the key, its own too, through its view
+    (``ClusterView.lagged_before``, by address; ChunkPlanner.set_lagged_before); the
+    node's next whole fetch that did not lag clears it everywhere."""
     async with cluster(tmp_path, rollouts=2, dcs=1) as (voters, rolls):
         pub = await voters[0].publish("policy", 1, weights(1))
         slow = rolls[0]
@@ -441,12 +441,12 @@ async def test_a_lag_is_remembered_for_every_nodes_next_fetch_and_a_fetch_withou
 
         async def memory_everywhere(want: frozenset[str]) -> None:
             for _ in range(500):
-                if all(h._sources("policy@0", 2).lagged_before == want for h in (*rolls, *voters)):
+                if all(h.node.view.lagged_before("policy@0") == want for h in (*rolls, *voters)):
                     return
                 await asyncio.sleep(0.01)
-            raise AssertionError([h._sources("policy@0", 2).lagged_before for h in rolls])
+            raise AssertionError([h.node.view.lagged_before("policy@0") for h in rolls])
 
         await memory_everywhere(frozenset({slow.address}))
-        assert rolls[1]._sources("value@0", 2).lagged_before == frozenset()  # (per key)
+        assert rolls[1].node.view.lagged_before("value@0") == frozenset()  # (per key)
         await slow.fetch("policy", 1, empty_like_manifest(pub.manifest))  # (it did not lag)
         await memory_everywhere(frozenset())

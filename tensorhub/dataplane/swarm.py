@@ -199,9 +199,9 @@ async def swarm_fill(
     view = view or node.view
     driver = _Driver(node, replica, session, view, announce=serve)
     _use(session, holders)
+    if lagged := view.lagged_before(key):  # (once: see set_lagged_before)
+        session.set_lagged_before(lagged)
     news: list[SourceNews] = [view.sources(key, version)]
-    if news[0].lagged_before:  # (from the first news alone: see set_lagged_before)
-        session.set_lagged_before(news[0].lagged_before)
     unwatch = view.watch_sources(key, version, news.append)
 
     def seen(addr: str, chunks: list[int]) -> None:  # a peer's Have: faster than gossip

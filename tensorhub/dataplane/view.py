@@ -44,16 +44,13 @@ class SourceNews:
     (a source declared dead is dropped; a suspect gets no new requests). ``gone``: holders
     whose advertisement was withdrawn (they unpublished, or a failed fetch let go): the
     fetch plans without them instead of asking them again every ``gone_ticks`` and being
-    told "withdrawn" each time. ``lagged_before``: the members (us, perhaps) whose relay
-    fell behind in their last fetch of the key, by address (the holder view's lag memory):
-    read from a fetch's first news only (ChunkPlanner.set_lagged_before)."""
+    told "withdrawn" each time."""
 
     holders: list[Holder] = field(default_factory=list)
     dc_fetchers: list[str] | None = None
     dc_members: list[str] | None = None
     health: Mapping[str, Status] | None = None
     gone: list[str] = field(default_factory=list)
-    lagged_before: frozenset[str] = frozenset()
 
 
 NO_NEWS = SourceNews()
@@ -73,6 +70,12 @@ class ClusterView(Protocol):
     def lagging(self, key: ShardKey, version: int, name: str) -> bool:
         """Does node ``name`` advertise its replica of (key, version) as a relay link that
         fell behind (Holding.lagging)?"""
+        ...
+
+    def lagged_before(self, key: ShardKey) -> frozenset[str]:
+        """The members (us, perhaps) whose relay fell behind in their last fetch of
+        ``key``, by address (their lag memory: ChunkPlanner.set_lagged_before). Read once,
+        as a fetch begins."""
         ...
 
     def ucx_route(self, addr: str) -> str | None:
@@ -117,6 +120,9 @@ class Unaware:
 
     def lagging(self, key: ShardKey, version: int, name: str) -> bool:
         return False
+
+    def lagged_before(self, key: ShardKey) -> frozenset[str]:
+        return frozenset()
 
     def ucx_route(self, addr: str) -> str | None:
         return None
