@@ -374,8 +374,7 @@ def _tensorhub(
             publish(version, 3 + version)
             stop = partial(_stop_after_first_copy, c, names, version) if stops else None
             ends, _ = c.fetch_each(names, MODEL, version, None, stop)
-            t0 = min(e[0] for e in ends.values())
-            step_seconds.append(max(ends[n][1] for n in healthy) - t0)
+            step_seconds.append(_last_healthy(ends, healthy))
         version = steps
         publish(version, 3)
 
@@ -412,12 +411,12 @@ def _tensorhub(
         finally:
             cpu = _cpu_use(start, size * receivers)
             samples = sampler.stop()
-    t0 = min(e[0] for e in ends.values())
+    t0, seconds = min(e[0] for e in ends.values()), _last_healthy(ends, healthy)
     received = sum(b for k, b in delta.items() if k.split(">")[1] in healthy)
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
     out: dict[str, Any] = {
-        "seconds": max(ends[n][1] for n in healthy) - t0,
-        "step_seconds": [*step_seconds, max(ends[n][1] for n in healthy) - t0],
+        "seconds": seconds,
+        "step_seconds": [*step_seconds, seconds],
         "healthy_short": 0,
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
@@ -439,6 +438,12 @@ def _tensorhub(
     if victim is not None and victim in ends:  # (from its own start: late or not)
         out["victim_seconds"] = ends[victim][1] - ends[victim][0]
     return out
+
+
+def _last_healthy(ends: dict[str, list[Any]], healthy: list[str]) -> float:
+    """Seconds from the first receiver's start to the last healthy receiver's end (each
+    of ``ends``: the fetch's start, end, ...)."""
+    return float(max(ends[n][1] for n in healthy) - min(e[0] for e in ends.values()))
 
 
 def _stop_after_first_copy(c: HubProcs, names: list[str], version: int) -> None:
