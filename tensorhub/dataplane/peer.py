@@ -482,8 +482,7 @@ class PeerHandler:
                     if reply.landing is not None and not r.have[reply.chunk]:
                         served = await self._stream(reply, n)
                     else:
-                        await conn.send(reply.msg, r.data.read_parts(reply.chunk))
-                        served = True
+                        served = await self._send_range(reply, r.data.read_parts(reply.chunk), 0, n)
                     self._chunk_sent_at = time.monotonic()
                     # Sent, not yet flushed: the flusher ends the upload and frees the slot.
                     self._unflushed.append((conn.bytes_sent, reply.replica, reply.grant))
@@ -546,15 +545,45 @@ class PeerHandler:
             if self._haves:  # (a stream may take a while: news goes out between pieces)
                 await self._send_haves()
             if landing.verified:
-                await conn.send(ChunkData(msg.req, c, sent, True), byte_range(parts, sent, n))
                 self.chunks_cut_through += sent > 0
-                return True
+                return await self._send_range(reply, parts, sent, n)
             ready = landing.landed - PIECE  # the tail waits for verification
+            step = conn.bulk_bytes()
+            if step is not None:  # (no more queued ahead of our news than the link's pace)
+                ready = min(ready, sent + step)
             if ready - sent >= PIECE:
                 await conn.send(ChunkData(msg.req, c, sent, False), byte_range(parts, sent, ready))
                 sent = ready
                 continue
             await landing.reached(sent + 2 * PIECE)
+
+    async def _send_range(
+        self, reply: _Reply, parts: Sequence[memoryview], start: int, n: int
+    ) -> bool:
+        """Send bytes ``start:n`` of a chunk that verified here, the last of its reply, in
+        frames no larger than the connection's queue bound (``Connection.bulk_bytes``):
+        news and notes waiting meanwhile go between them, not behind megabytes of chunk
+        (io/send_queue.py says what that cost), and a request given up meanwhile ends
+        there, the rest unsent. Whether the chunk went whole."""
+        conn, msg = self.conn, reply.msg
+        assert isinstance(msg, ChunkData)
+        sent = start
+        while True:
+            step = conn.bulk_bytes()
+            end = n if step is None else min(n, sent + step)
+            await conn.send(
+                ChunkData(msg.req, msg.chunk, sent, end == n), byte_range(parts, sent, end)
+            )
+            if end == n:
+                return True
+            sent = end
+            if self._haves:
+                await self._send_haves()
+            if msg.req in self._cancelled:  # (the asker drops the pieces it got)
+                self._cancelled.discard(msg.req)
+                self._unsend(reply)
+                await conn.send(_cancelled(msg.req))
+                return False
 
     def _unsend(self, reply: _Reply) -> None:
         """A chunk reply that did not reach the peer whole (it gave the request up, or the

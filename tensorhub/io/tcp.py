@@ -47,6 +47,7 @@ from ..core.wire import (
     unpack,
 )
 from ..typing import Buffer
+from .send_queue import MIN_QUEUE, DrainRate, delivery_rate, limit_unsent, queue_bytes
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,12 @@ def restart_congestion_control(sock: socket.socket) -> bool:
 
 
 HIGH_WATER = 4 << 20
-"""Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain."""
+"""Bytes buffered in a transport before :meth:`Connection.send` waits for them to drain,
+where the link's pace cannot be measured (no ``tcp_info``; UCX's own queue). A TCP
+connection that can measure it bounds its queue by that pace instead
+(:meth:`Connection.bulk_bytes`; io/send_queue.py)."""
+RATE_EVERY = 0.001
+"""Seconds between two reads of a connection's delivery rate (a system call each)."""
 HANDSHAKE_TIMEOUT = 10.0
 """Seconds a handshake may take, dialling or accepting."""
 MAX_UNAUTHENTICATED = 128
@@ -225,6 +231,9 @@ class Connection(asyncio.BufferedProtocol):
         self._drained = (0.0, 0)  # (loop time, flushed) at wait_flushed's last look
         self._sock: socket.socket | None = None
         self._low_water = 1  # the socket's SO_RCVLOWAT now
+        self._drain = DrainRate()  # the link's pace, for the queue's bound (bulk_bytes)
+        self._queue_bound: int | None = None  # that bound now; None: unbounded (HIGH_WATER)
+        self._rate_at = 0.0  # loop time of the last delivery-rate read
         self.congestion_restarts = 0  # (restart_congestion: for a test or a log)
         self._close_asked = False
         """close() came before the transport (see :meth:`connection_made`)."""
@@ -263,6 +272,8 @@ class Connection(asyncio.BufferedProtocol):
             use_congestion_control(sock)
             self._sock = sock
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
+        if sock is not None and delivery_rate(sock) is not None:
+            self._bound_queue(MIN_QUEUE)  # (until the kernel measured the link)
         self._begin_handshake(_endpoint(transport, "peername"), _endpoint(transport, "sockname"))
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -295,6 +306,31 @@ class Connection(asyncio.BufferedProtocol):
             with contextlib.suppress(OSError):  # (closing under us: the read ends anyway)
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
                 self._low_water = want
+
+    def bulk_bytes(self) -> int | None:
+        """The most chunk bytes the next frame may carry: about ``QUEUE_SECONDS`` of the
+        link's delivery rate, the bound this connection keeps on what is queued ahead of
+        a frame sent now (io/send_queue.py says why). None: no bound (a chunk goes in
+        one frame), where the kernel does not measure the link."""
+        sock = self._sock
+        if self._queue_bound is None or sock is None:
+            return None
+        now = self._loop.time()
+        if now - self._rate_at >= RATE_EVERY:
+            self._rate_at = now
+            sample = delivery_rate(sock)
+            if sample is not None:
+                level = queue_bytes(self._drain.sample(*sample))
+                if level != self._queue_bound:
+                    self._bound_queue(level)
+        return self._queue_bound
+
+    def _bound_queue(self, nbytes: int) -> None:
+        """Queue at most about ``nbytes`` in the transport and unsent in the kernel."""
+        assert self._transport is not None and self._sock is not None
+        if limit_unsent(self._sock, nbytes):
+            self._queue_bound = nbytes
+            self._transport.set_write_buffer_limits(high=nbytes)
 
     def restart_congestion(self) -> None:
         """Begin the connection's congestion control afresh (restart_congestion_control):
