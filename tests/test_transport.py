@@ -661,3 +661,66 @@ async def test_a_chunk_after_a_pause_restarts_the_connections_congestion_control
     finally:
         await asker.close()
         await holder.close()
+
+
+async def _one_big_chunk_to_a_reader_that_paused(
+    a: Node, b: Node
+) -> tuple[PeerHandler, Replica, asyncio.Task[None], list[int]]:
+    """``b`` asks ``a`` for the one 64 MiB chunk of a version, its reading paused, and
+    waits until ``a``'s buffers hold what ``b`` did not read; the list gets the request
+    id."""
+    a.serve("m", 1, big_model(64), chunk_size=64 << 20)
+    peer = await b.peer(a.address)
+    manifest = await peer.get_manifest("m", 1)
+    peer.conn.pause_reading()
+    replica = Replica(
+        "m", 1, manifest, TensorBytes.for_destination(manifest, empty_like_manifest(manifest))
+    )
+    rids: list[int] = []
+    asked = asyncio.create_task(peer.get_chunk(replica, 0, issued=lambda _p, rid: rids.append(rid)))
+    server = next(iter(a.handlers)).conn
+    give_up = asyncio.get_running_loop().time() + 30.0
+    while server.unsent == 0:  # the kernel's buffers are full; ours fill
+        assert asyncio.get_running_loop().time() < give_up, "a's uploads never backed up"
+        await asyncio.sleep(0.01)
+    return peer, replica, asked, rids
+
+
+async def test_news_goes_between_the_frames_of_a_chunk_not_behind_it() -> None:
+    """A Have told while a chunk is going out reaches the asker before the rest of that
+    chunk (io/send_queue.py): a chunk goes in frames no larger than the connection's
+    queue bound, and news goes between them. In one frame, the Have waited behind the
+    whole chunk (here 64 MiB; on a half-rate relay link, 90-125 ms behind 4 MiB ones)."""
+    async with nodes(2) as (a, b):
+        peer, replica, asked, _ = await _one_big_chunk_to_a_reader_that_paused(a, b)
+        before = peer.conn.bytes_received
+        at: list[int] = []
+        stop = b.watch_haves("m", 1, lambda _addr, _chunks: at.append(peer.conn.bytes_received))
+        a.announce("m", 1, 0, ())  # (told to every peer that asked for the version)
+        peer.conn.resume_reading()
+        await asyncio.wait_for(asked, 30)
+        stop()
+        assert at, "the Have never came"
+        assert at[0] - before < 32 << 20, f"the Have came after {at[0] - before} bytes"
+        assert replica.held == 1
+
+
+async def test_a_held_chunk_given_up_mid_way_stops_at_the_next_frame() -> None:
+    """An asker that gives up a held chunk going out in frames (a link that fell behind
+    takes its requests back): the holder sends no frame after the Cancel reaches it,
+    ends the request with "cancelled", and the connection stays in step."""
+    async with nodes(2) as (a, b):
+        peer, replica, asked, rids = await _one_big_chunk_to_a_reader_that_paused(a, b)
+        peer.abandon(rids[0])
+        peer.conn.resume_reading()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asked, 30)
+        give_up = asyncio.get_running_loop().time() + 30.0
+        while peer.requests_open:
+            assert asyncio.get_running_loop().time() < give_up, 'no "cancelled" came'
+            await asyncio.sleep(0.01)
+        server = next(iter(a.handlers)).conn
+        assert server.bytes_sent < 48 << 20, "the rest of the chunk went anyway"
+        assert replica.held == 0
+        await asyncio.wait_for(peer.get_chunk(replica, 0), 30)  # the connection is in step
+        assert replica.held == 1
