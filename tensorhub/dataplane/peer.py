@@ -451,9 +451,7 @@ class PeerHandler:
                     await self._send_haves()
                     continue
                 if self._notes:  # as small (a Cancel saves a chunk's bytes on the link)
-                    notes, self._notes = self._notes, []
-                    for note in notes:
-                        await conn.send(note)
+                    await self._send_notes()
                     continue
                 if not self._out:
                     self._wake.clear()
@@ -511,6 +509,11 @@ class PeerHandler:
         if after > 0 and time.monotonic() - self._chunk_sent_at >= after:
             self.conn.restart_congestion()
 
+    async def _send_notes(self) -> None:
+        notes, self._notes = self._notes, []
+        for note in notes:
+            await self.conn.send(note)
+
     async def _send_haves(self) -> None:
         haves, self._haves = self._haves, {}
         for (key, version, addr), chunks in haves.items():
@@ -545,8 +548,9 @@ class PeerHandler:
             if self._haves:  # (a stream may take a while: news goes out between pieces)
                 await self._send_haves()
             if landing.verified:
-                self.chunks_cut_through += sent > 0
-                return await self._send_range(reply, parts, sent, n)
+                whole = await self._send_range(reply, parts, sent, n)
+                self.chunks_cut_through += whole and sent > 0
+                return whole
             ready = landing.landed - PIECE  # the tail waits for verification
             step = conn.bulk_bytes()
             if step is not None:  # (no more queued ahead of our news than the link's pace)
@@ -579,6 +583,8 @@ class PeerHandler:
             sent = end
             if self._haves:
                 await self._send_haves()
+            if self._notes:
+                await self._send_notes()
             if msg.req in self._cancelled:  # (the asker drops the pieces it got)
                 self._cancelled.discard(msg.req)
                 self._unsend(reply)

@@ -5,19 +5,20 @@ with chunk data, and each waits behind every byte already handed to the transpor
 the kernel. With a fixed 4 MiB of user-space buffer, whole 4 MiB chunk frames, and the
 kernel's send buffer autotuned to 4 MiB, a Have on a half-rate (500 Mbit/s) relay link
 reached the next link 90-125 ms after it was sent: three to four of its upstream's chunks
-late. That link judged itself slow only once it *saw* itself 7 chunks behind, so it was
-really 11-12 behind, and its refusals to its own downstream waited another 400 ms behind
-the data it was relaying: every link after a slow one ran at its pace that much longer
-(``bench/linerate.py --case slow``, N=4, 256 MiB, first step: 1.24-1.42x one copy; with
-the queue bounded, 1.16-1.19x; docs/results.md, session 33).
+late. That link judged itself slow only once it *saw* itself 7 chunks behind, 10-22
+chunks into the model (the simulator, whose news is prompt: 7-9), and in two rounds of
+three its refusals to its own downstream then waited 400 ms behind the data it was
+relaying: every link after a slow one ran at its pace that much longer
+(``bench/linerate.py --case slow``, N=4, 256 MiB, a job's first step: median 1.33x one
+copy over 18 rounds; with the queue bounded, 1.22x over 30; docs/results.md, session 33).
 
 So a connection keeps about ``QUEUE_SECONDS`` of data queued at the pace its link
 delivers, measured by the kernel (``tcp_info.tcpi_delivery_rate``): that much in the
 transport's buffer (its high-water mark), that much unsent in the kernel
-(``TCP_NOTSENT_LOWAT``), and chunk frames no larger. On loopback or a fast NIC that is the
-old 4 MiB (``MAX_QUEUE``), which fixed at 512 KiB cost a loopback fetch 15-20 % of its
-rate; on a slow link, a few hundred KiB. Data already in flight (the congestion window)
-is not bounded: that is the link's own queue, not ours.
+(``TCP_NOTSENT_LOWAT``), and chunk frames no larger. On loopback or a fast NIC that is
+the old 4 MiB (``MAX_QUEUE``; a fixed 512 KiB cost ``bench/hub_p2p.py`` on loopback
+15-20 % of its rate); on a 1 Gbit/s link 1 MiB; on a half-rate one 512 KiB. Data in
+flight (the congestion window) is not bounded: that is the fabric's queue, not ours.
 
 The decisions here are pure (:func:`queue_bytes`, :class:`DrainRate`); reading the kernel's
 sample is :func:`delivery_rate`, and applying the bound is the connection's
