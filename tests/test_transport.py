@@ -712,15 +712,20 @@ async def test_a_held_chunk_given_up_mid_way_stops_at_the_next_frame() -> None:
     async with nodes(2) as (a, b):
         peer, replica, asked, rids = await _one_big_chunk_to_a_reader_that_paused(a, b)
         peer.abandon(rids[0])
+        holder = next(iter(a.handlers))
+        give_up = asyncio.get_running_loop().time() + 30.0
+        while rids[0] not in holder._cancelled:  # (the Cancel reached the holder)
+            assert asyncio.get_running_loop().time() < give_up, (
+                "the holder took no note of the Cancel (the chunk had gone whole?)"
+            )
+            await asyncio.sleep(0.01)
         peer.conn.resume_reading()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(asked, 30)
-        give_up = asyncio.get_running_loop().time() + 30.0
         while peer.requests_open:
             assert asyncio.get_running_loop().time() < give_up, 'no "cancelled" came'
             await asyncio.sleep(0.01)
-        server = next(iter(a.handlers)).conn
-        assert server.bytes_sent < 48 << 20, "the rest of the chunk went anyway"
+        assert holder.conn.bytes_sent < 48 << 20, "the rest of the chunk went anyway"
         assert replica.held == 0
         await asyncio.wait_for(peer.get_chunk(replica, 0), 30)  # the connection is in step
         assert replica.held == 1
