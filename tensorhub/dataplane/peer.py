@@ -531,10 +531,7 @@ class PeerHandler:
         sent = 0
         while True:
             if msg.req in self._cancelled:  # the asker gave it up: the rest stays here
-                self._cancelled.discard(msg.req)
-                self._unsend(reply)
-                await conn.send(_cancelled(msg.req))
-                return False
+                return await self._end_given_up(reply)
             if landing.failed:
                 self._unsend(reply)
                 await conn.send(Error("lost_chunk", f"chunk {c} did not verify here", msg.req))
@@ -586,10 +583,16 @@ class PeerHandler:
             if self._notes:
                 await self._send_notes()
             if msg.req in self._cancelled:  # (the asker drops the pieces it got)
-                self._cancelled.discard(msg.req)
-                self._unsend(reply)
-                await conn.send(_cancelled(msg.req))
-                return False
+                return await self._end_given_up(reply)
+
+    async def _end_given_up(self, reply: _Reply) -> bool:
+        """End a chunk reply its asker gave up part-way (Cancel): the rest stays here, and
+        one "cancelled" ends the request. False: the chunk did not go whole."""
+        assert isinstance(reply.msg, ChunkData)
+        self._cancelled.discard(reply.msg.req)
+        self._unsend(reply)
+        await self.conn.send(_cancelled(reply.msg.req))
+        return False
 
     def _unsend(self, reply: _Reply) -> None:
         """A chunk reply that did not reach the peer whole (it gave the request up, or the

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 from dataclasses import dataclass
 
 QUEUE_SECONDS = 0.01
@@ -44,8 +45,9 @@ RATE_WEIGHT = 0.25
 """Weight of a new delivery-rate sample in the running estimate (samples are per ACK and
 noisy; a level changes only at a power of two)."""
 
-_TCP_INFO = getattr(socket, "TCP_INFO", None)
-_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25 if _TCP_INFO is not None else None)
+_LINUX = sys.platform.startswith("linux")  # (the tcp_info layout and option numbers below)
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if _LINUX else None
+_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25) if _LINUX else None
 _DELIVERY = struct.Struct("=Q")
 _DELIVERY_AT = 160  # tcpi_delivery_rate (Linux >= 4.9: include/uapi/linux/tcp.h)
 _APP_LIMITED_AT = 7  # the byte whose lowest bit is tcpi_delivery_rate_app_limited
