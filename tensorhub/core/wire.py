@@ -39,7 +39,7 @@ from .errors import AuthenticationError, ProtocolError
 from .messages import Message, Packed, registered
 
 MAGIC = b"TH"
-PROTO_VERSION = 7  # 6: Cancel; 7: Behind
+PROTO_VERSION = 8  # 6: Cancel; 7: Behind; 8: frame tags are keyed BLAKE2b (core/auth.py)
 FLAG_MAC = 0x01
 FLAG_DIGESTED = 0x02
 PREFIX = struct.Struct("!2sBBIQ")
