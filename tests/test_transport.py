@@ -491,6 +491,44 @@ async def test_a_payload_that_pauses_anywhere_still_arrives(first: int) -> None:
         await server.close()
 
 
+async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
+    """Under ``RECV_LOW_WATER`` left of a payload, the kernel is asked to wake the receiver
+    once all of the rest can be read, not for each segment (a relay's chunk pieces are a
+    few hundred KiB: their tails were three quarters of its reads); between payloads, for
+    any byte (a header's length is not known before it is read)."""
+    from tensorhub.core.messages import ManifestData
+    from tensorhub.core.wire import encode_frame
+
+    size = 100_000
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    sink = _Payloads()
+    server = await tcp.listen(
+        "127.0.0.1:0", node="r", secret=SECRET, handler_factory=lambda _c: sink
+    )
+    try:
+        conn = await tcp.connect(
+            server.address, node="s", secret=SECRET, handler_factory=lambda _c: _Payloads()
+        )
+        tr = conn._transport
+        assert tr is not None
+        head, _ = encode_frame(ManifestData(1, b"r"), [body], conn._sealer)
+        tr.write(head + body[:30_000])
+        (receiver,) = server.connections
+        rest = size - 30_000
+        for _ in range(1000):  # (until the receiver read what came: 10 s at most)
+            if receiver._reader.payload_left == rest:
+                break
+            await asyncio.sleep(0.01)
+        assert receiver._reader.payload_left == rest and receiver._sock is not None
+        assert receiver._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == rest
+        tr.write(body[30_000:])
+        assert await asyncio.wait_for(sink.got.get(), 10) == body
+        assert receiver._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+        await conn.aclose()
+    finally:
+        await server.close()
+
+
 def test_flush_polls_pace_themselves_within_bounds() -> None:
     least, most = tcp.FLUSH_POLL
     assert tcp.flush_poll(4 << 20, (0.0, 0), 5.0, 100) == least  # no pace seen yet

@@ -129,7 +129,9 @@ RECV_LOW_WATER = 256 << 10
 """While a payload arrives, the kernel wakes us once this much of it can be read (or all
 that is left of it; ``SO_RCVLOWAT``). A 1 Gbit/s link otherwise woke the event loop for
 every ~60 KB, and each wakeup runs the frame reader in Python: 2,000 a second per
-receiving connection."""
+receiving connection. Until session 34 the rest of a payload under this much was read
+as it came (a mark of 1 byte): a relay's chunk pieces are a few hundred KiB, and a
+relay's reads were three quarters such tails of 32-64 KiB (bench/linerate.py, N=3)."""
 FLUSH_POLL = (0.001, 0.008)
 """Least and most seconds :meth:`Connection.wait_flushed` waits between looks. The most is
 well under what the kernel's send buffer holds at 1 Gbit/s (megabytes: tens of ms), so a
@@ -296,12 +298,13 @@ class Connection(asyncio.BufferedProtocol):
             self.abort(e)
 
     def _wake_at(self, left: int) -> None:
-        """Let the kernel wake us once ``RECV_LOW_WATER`` bytes can be read while at least
-        that much of a payload is still to come, and for any byte otherwise. No byte we
-        wait for is one the peer will not send (it sends frames whole: the payload's rest
-        comes, or the peer hangs, which a request's timeout sees, or closes, which wakes
-        us at once). Two values, set at most twice a payload (a call costs microseconds)."""
-        want = RECV_LOW_WATER if left >= RECV_LOW_WATER else 1
+        """Let the kernel wake us once ``RECV_LOW_WATER`` bytes can be read, or the
+        ``left`` bytes of a payload still to come if fewer, and for any byte between
+        payloads (a header's length is not known before it is read). No byte we wait for
+        is one the peer will not send (it sends frames whole: the payload's rest comes, or
+        the peer hangs, which a request's timeout sees, or closes, which wakes us at
+        once). Set about three times a payload (a call costs microseconds)."""
+        want = min(left, RECV_LOW_WATER) if left > 0 else 1
         if want != self._low_water and self._sock is not None:
             with contextlib.suppress(OSError):  # (closing under us: the read ends anyway)
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
