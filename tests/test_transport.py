@@ -519,11 +519,12 @@ async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
             if receiver._reader.payload_left == rest:
                 break
             await asyncio.sleep(0.01)
-        assert receiver._reader.payload_left == rest and receiver._sock is not None
-        assert receiver._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == rest
+        assert receiver._reader.payload_left == rest and receiver._transport is not None
+        sock = receiver._transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == rest
         tr.write(body[30_000:])
         assert await asyncio.wait_for(sink.got.get(), 10) == body
-        assert receiver._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
         await conn.aclose()
     finally:
         await server.close()

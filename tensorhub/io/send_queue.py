@@ -32,6 +32,8 @@ import struct
 import sys
 from dataclasses import dataclass
 
+from .sockopts import SocketLike
+
 QUEUE_SECONDS = 0.01
 """Seconds of the link's delivery rate a connection keeps queued: enough that the link
 stays busy while the event loop is elsewhere for a few milliseconds (9 processes on 2
@@ -90,7 +92,7 @@ class DrainRate:
         return self.rate
 
 
-def delivery_rate(sock: socket.socket) -> tuple[float, bool] | None:
+def delivery_rate(sock: SocketLike) -> tuple[float, bool] | None:
     """The kernel's latest delivery-rate sample of ``sock`` (bytes a second, and whether it
     was app-limited); None where the platform has no such sample (not Linux, a kernel
     before 4.9, or a socket closing under us)."""
@@ -106,7 +108,7 @@ def delivery_rate(sock: socket.socket) -> tuple[float, bool] | None:
     return float(rate), bool(info[_APP_LIMITED_AT] & 1)
 
 
-def limit_unsent(sock: socket.socket, nbytes: int) -> bool:
+def limit_unsent(sock: SocketLike, nbytes: int) -> bool:
     """Let the kernel hold at most about ``nbytes`` of ``sock``'s data not yet sent
     (``TCP_NOTSENT_LOWAT``; in flight is not counted). Whether it could."""
     if _NOTSENT_LOWAT is None:

@@ -48,6 +48,7 @@ from ..core.wire import (
 )
 from ..typing import Buffer
 from .send_queue import MIN_QUEUE, DrainRate, delivery_rate, limit_unsent, queue_bytes
+from .sockopts import SocketLike, SocketOptions
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def use_congestion_control(sock: socket.socket) -> None:
             log.warning("%s=%s refused (%s): the host's default stays", CONGESTION_ENV, name, e)
 
 
-def restart_congestion_control(sock: socket.socket) -> bool:
+def restart_congestion_control(sock: SocketLike) -> bool:
     """Begin ``sock``'s congestion control afresh, as on a new connection, keeping its
     algorithm: the kernel re-initialises an algorithm's state when the socket moves to
     another, so it is set to another and back. Whether it was (Linux, ``TCP_CONGESTION``).
@@ -231,7 +232,7 @@ class Connection(asyncio.BufferedProtocol):
         self._server_hs: ServerHandshake | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._drained = (0.0, 0)  # (loop time, flushed) at wait_flushed's last look
-        self._sock: socket.socket | None = None
+        self._sock: SocketOptions | None = None  # (its options: see io/sockopts.py)
         self._low_water = 1  # the socket's SO_RCVLOWAT now
         self._drain = DrainRate()  # the link's pace, for the queue's bound (bulk_bytes)
         self._queue_bound: int | None = None  # that bound now; None: unbounded (HIGH_WATER)
@@ -272,7 +273,7 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             use_congestion_control(sock)
-            self._sock = sock
+            self._sock = SocketOptions(sock)
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
         if sock is not None and delivery_rate(sock) is not None:
             self._bound_queue(MIN_QUEUE)  # (until the kernel measured the link)
