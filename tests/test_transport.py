@@ -451,6 +451,31 @@ class _Payloads:
         pass
 
 
+@contextlib.asynccontextmanager
+async def _one_payload(
+    size: int,
+) -> AsyncIterator[tuple[_Payloads, tcp.Server, tcp.Connection, bytes, bytes]]:
+    """A listener whose connections keep what arrives, a connection to it, and one frame
+    of ``size`` payload bytes to write by hand: (sink, server, conn, head, body)."""
+    from tensorhub.core.messages import ManifestData
+    from tensorhub.core.wire import encode_frame
+
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    sink = _Payloads()
+    server = await tcp.listen(
+        "127.0.0.1:0", node="r", secret=SECRET, handler_factory=lambda _c: sink
+    )
+    try:
+        conn = await tcp.connect(
+            server.address, node="s", secret=SECRET, handler_factory=lambda _c: _Payloads()
+        )
+        head, _ = encode_frame(ManifestData(1, b"r"), [body], conn._sealer)
+        yield sink, server, conn, head, body
+        await conn.aclose()
+    finally:
+        await server.close()
+
+
 @pytest.mark.parametrize(
     "first",
     [tcp.RECV_LOW_WATER + 1000, 1000, 0],
@@ -462,21 +487,10 @@ async def test_a_payload_that_pauses_anywhere_still_arrives(first: int) -> None:
     payload that stops short of the low-water mark, early or in its last bytes, and a
     frame whose payload comes only later, all arrive; so does the frame after it."""
     from tensorhub.core.messages import ManifestData
-    from tensorhub.core.wire import encode_frame
 
-    size = tcp.RECV_LOW_WATER + 4000
-    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    sink = _Payloads()
-    server = await tcp.listen(
-        "127.0.0.1:0", node="r", secret=SECRET, handler_factory=lambda _c: sink
-    )
-    try:
-        conn = await tcp.connect(
-            server.address, node="s", secret=SECRET, handler_factory=lambda _c: _Payloads()
-        )
+    async with _one_payload(tcp.RECV_LOW_WATER + 4000) as (sink, _server, conn, head, body):
         tr = conn._transport
         assert tr is not None
-        head, _ = encode_frame(ManifestData(1, b"r"), [body], conn._sealer)
         wire = head + body
         cut = len(head) + first
         tr.write(wire[:cut])
@@ -486,9 +500,6 @@ async def test_a_payload_that_pauses_anywhere_still_arrives(first: int) -> None:
         assert await asyncio.wait_for(sink.got.get(), 10) == body
         await conn.send(ManifestData(2, b"r"), [b"after"])  # the next frame, a small one
         assert await asyncio.wait_for(sink.got.get(), 10) == b"after"
-        await conn.aclose()
-    finally:
-        await server.close()
 
 
 async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
@@ -496,25 +507,12 @@ async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
     once all of the rest can be read, not for each segment (a relay's chunk pieces are a
     few hundred KiB: their tails were three quarters of its reads); between payloads, for
     any byte (a header's length is not known before it is read)."""
-    from tensorhub.core.messages import ManifestData
-    from tensorhub.core.wire import encode_frame
-
-    size = 100_000
-    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    sink = _Payloads()
-    server = await tcp.listen(
-        "127.0.0.1:0", node="r", secret=SECRET, handler_factory=lambda _c: sink
-    )
-    try:
-        conn = await tcp.connect(
-            server.address, node="s", secret=SECRET, handler_factory=lambda _c: _Payloads()
-        )
+    async with _one_payload(100_000) as (sink, server, conn, head, body):
         tr = conn._transport
         assert tr is not None
-        head, _ = encode_frame(ManifestData(1, b"r"), [body], conn._sealer)
         tr.write(head + body[:30_000])
         (receiver,) = server.connections
-        rest = size - 30_000
+        rest = len(body) - 30_000
         for _ in range(1000):  # (until the receiver read what came: 10 s at most)
             if receiver._reader.payload_left == rest:
                 break
@@ -525,9 +523,6 @@ async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
         tr.write(body[30_000:])
         assert await asyncio.wait_for(sink.got.get(), 10) == body
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
-        await conn.aclose()
-    finally:
-        await server.close()
 
 
 def test_flush_polls_pace_themselves_within_bounds() -> None:
