@@ -525,6 +525,44 @@ async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
 
 
+class _Probe:
+    """Socket options that record each call (what a closed connection must not make)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def getsockopt(self, level: int, option: int, buflen: int, /) -> bytes:
+        self.calls.append(option)
+        return bytes(buflen)
+
+    def setsockopt(self, level: int, option: int, value: int | bytes, /) -> None:
+        self.calls.append(option)
+
+
+async def test_a_closing_connection_sets_and_reads_no_socket_option() -> None:
+    """Once its transport closes, the descriptor a connection names is closed or about to
+    be, and the kernel may give its number to another socket: a chunk stream still
+    running must not read that socket's delivery rate or set its options. The queue's
+    bound stays as it was."""
+    async with _one_payload(1000) as (_sink, _server, conn, _head, _body):
+        bound = conn.bulk_bytes()
+        if bound is None:
+            pytest.skip("the kernel does not measure the link here (tcp_info: Linux)")
+        probe = _Probe()
+        conn._sock = probe  # type: ignore[assignment]
+        conn._rate_at = -1e9  # (a kernel read is due)
+        conn.bulk_bytes()
+        assert probe.calls, "an open connection reads the kernel's rate (the probe works)"
+        probe.calls.clear()
+        assert conn._transport is not None
+        conn._transport.close()
+        conn._rate_at = -1e9
+        assert conn.bulk_bytes() == bound
+        conn._wake_at(5000)
+        conn.restart_congestion()
+        assert probe.calls == [] and conn.congestion_restarts == 0
+
+
 def test_flush_polls_pace_themselves_within_bounds() -> None:
     least, most = tcp.FLUSH_POLL
     assert tcp.flush_poll(4 << 20, (0.0, 0), 5.0, 100) == least  # no pace seen yet

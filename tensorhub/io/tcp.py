@@ -306,9 +306,9 @@ class Connection(asyncio.BufferedProtocol):
         the peer hangs, which a request's timeout sees, or closes, which wakes us at
         once). Set about three times a payload (a call costs microseconds)."""
         want = min(left, RECV_LOW_WATER) if left > 0 else 1
-        if want != self._low_water and self._sock is not None and self._transport_open():
+        if want != self._low_water and (sock := self._options()) is not None:
             with contextlib.suppress(OSError):  # (closing under us: the read ends anyway)
-                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
                 self._low_water = want
 
     def bulk_bytes(self) -> int | None:
@@ -316,11 +316,10 @@ class Connection(asyncio.BufferedProtocol):
         link's delivery rate, the bound this connection keeps on what is queued ahead of
         a frame sent now (io/send_queue.py says why). None: no bound (a chunk goes in
         one frame), where the kernel does not measure the link."""
-        sock = self._sock
-        if self._queue_bound is None or sock is None:
+        if self._queue_bound is None:  # (set only where the socket is known: _bound_queue)
             return None
         now = self._loop.time()
-        if now - self._rate_at >= RATE_EVERY and self._transport_open():
+        if now - self._rate_at >= RATE_EVERY and (sock := self._options()) is not None:
             self._rate_at = now
             sample = delivery_rate(sock)
             if sample is not None:
@@ -339,18 +338,16 @@ class Connection(asyncio.BufferedProtocol):
     def restart_congestion(self) -> None:
         """Begin the connection's congestion control afresh (restart_congestion_control):
         it is to carry a stream again after a while without one."""
-        if (
-            self._sock is not None
-            and self._transport_open()
-            and restart_congestion_control(self._sock)
-        ):
+        sock = self._options()
+        if sock is not None and restart_congestion_control(sock):
             self.congestion_restarts += 1
 
-    def _transport_open(self) -> bool:
-        """Whether the transport is open: once it closes, the descriptor ``_sock`` names is
-        closed or about to be, and the kernel may give its number to another socket."""
+    def _options(self) -> SocketOptions | None:
+        """The socket's options while the transport is open, else None: once it closes, the
+        descriptor ``_sock`` names is closed or about to be, and the kernel may give its
+        number to another socket."""
         tr = self._transport
-        return tr is not None and not tr.is_closing()
+        return self._sock if tr is not None and not tr.is_closing() else None
 
     def eof_received(self) -> bool:
         if not self._reader.at_frame_boundary:
