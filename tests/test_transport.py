@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,7 +30,7 @@ from tensorhub.core.wire import encode_header
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import MAX_QUEUED_REQUESTS, PeerHandler
 from tensorhub.dataplane.store import Replica
-from tensorhub.io import tcp, ucx
+from tensorhub.io import recv_window, tcp, ucx
 from tensorhub.io.tensors import TensorBytes, empty_like_manifest
 
 from .models import awkward, every_dtype, same_bytes
@@ -506,8 +508,9 @@ async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
     """Under ``RECV_LOW_WATER`` left of a payload, the kernel is asked to wake the receiver
     once all of the rest can be read, not for each segment (a relay's chunk pieces are a
     few hundred KiB: their tails were three quarters of its reads); between payloads, for
-    any byte (a header's length is not known before it is read)."""
-    async with _one_payload(100_000) as (sink, server, conn, head, body):
+    any byte (a header's length is not known before it is read). (The rest is under half
+    a new connection's receive window: see the next test for more.)"""
+    async with _one_payload(50_000) as (sink, server, conn, head, body):
         tr = conn._transport
         assert tr is not None
         tr.write(head + body[:30_000])
@@ -523,6 +526,87 @@ async def test_the_rest_of_a_payload_is_read_at_one_wakeup() -> None:
         tr.write(body[30_000:])
         assert await asyncio.wait_for(sink.got.get(), 10) == body
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+
+
+async def test_the_wakeup_mark_stays_within_half_the_receive_window() -> None:
+    """A new connection's receive window (about 64 KiB) is under ``RECV_LOW_WATER``: a mark
+    above the window is never reached by data, the kernel wakes the receiver only on a
+    full buffer or a timer, and its autotuning never grows the buffer (a link's first
+    chunks over a connection that had carried only news came at 12-15 % of line rate for
+    0.4 s; io/recv_window.py). On a real socket: the mark set while the first bytes of a
+    large payload arrived is at most half the window the kernel reports, and the payload
+    arrives whole."""
+    async with _one_payload(4 << 20) as (sink, server, conn, head, body):
+        tr = conn._transport
+        assert tr is not None
+        tr.write(head + body[:20_000])
+        (receiver,) = server.connections
+        for _ in range(1000):  # (until the receiver read what came: 10 s at most)
+            if receiver._reader.payload_left == len(body) - 20_000:
+                break
+            await asyncio.sleep(0.01)
+        assert receiver._transport is not None
+        sock = receiver._transport.get_extra_info("socket")
+        window = recv_window.receive_window(sock)
+        if window == recv_window.UNKNOWN:
+            pytest.skip("the kernel does not report the receive window here (tcp_info: Linux)")
+        mark = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        assert 1 < mark <= window // 2  # (the window only grows while no data arrives)
+        tr.write(body[20_000:])
+        assert await asyncio.wait_for(sink.got.get(), 30) == body
+
+
+class _Window:
+    """Socket options whose receive window (``tcpi_rcv_ssthresh``) a test sets; it records
+    the marks set and the windows read."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.reads = 0
+        self.marks: list[int] = []
+
+    def getsockopt(self, level: int, option: int, buflen: int, /) -> bytes:
+        assert option == socket.TCP_INFO
+        self.reads += 1
+        info = bytearray(buflen)
+        struct.pack_into("=I", info, 64, self.window)
+        return bytes(info)
+
+    def setsockopt(self, level: int, option: int, value: int | bytes, /) -> None:
+        assert option == socket.SO_RCVLOWAT and isinstance(value, int)
+        self.marks.append(value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tcp_info is Linux's")
+async def test_the_wakeup_mark_follows_the_window_and_stops_reading_it_once_large() -> None:
+    """The mark is half the window while the window is small, ``RECV_LOW_WATER`` once it
+    grew to twice that; the window is read only while the mark could reach it (a read
+    costs a system call after a chunk's copies evicted the caches: io/sockopts.py)."""
+    async with _one_payload(1000) as (_sink, _server, conn, _head, _body):
+        probe = _Window(100_000)
+        conn._sock = probe  # type: ignore[assignment]
+        conn._low_water, conn._window = 1, 0
+        conn._wake_at(1 << 20)
+        assert probe.marks == [50_000]
+        conn._wake_at(0)  # between payloads: any byte, no window read
+        assert probe.marks == [50_000, 1] and probe.reads == 1
+        probe.window = 600_000  # it grew as data came
+        conn._wake_at(1 << 20)
+        assert probe.marks[-1] == tcp.RECV_LOW_WATER and probe.reads == 2
+        conn._wake_at(0)
+        conn._wake_at(1 << 20)  # twice the mark or more: not read again
+        conn._wake_at(10_000)  # (a short rest: as it is)
+        assert probe.marks[-2:] == [tcp.RECV_LOW_WATER, 10_000] and probe.reads == 2
+
+
+def test_a_wakeup_mark_is_within_half_the_window() -> None:
+    assert recv_window.wake_mark(256 << 10, 200_000) == 100_000
+    assert recv_window.wake_mark(1000, 200_000) == 1000
+    assert recv_window.wake_mark(1000, 1) == 1  # (never 0: that is "any byte" anyway)
+    assert recv_window.window_needed(256 << 10, 0)  # not read yet
+    assert not recv_window.window_needed(1, 0)  # one byte never needs it
+    assert recv_window.window_needed(256 << 10, 400_000)
+    assert not recv_window.window_needed(256 << 10, 1 << 20)
 
 
 class _Probe:

@@ -47,6 +47,7 @@ from ..core.wire import (
     unpack,
 )
 from ..typing import Buffer
+from .recv_window import receive_window, wake_mark, window_needed
 from .send_queue import MIN_QUEUE, DrainRate, delivery_rate, limit_unsent, queue_bytes
 from .sockopts import SocketLike, SocketOptions
 
@@ -132,7 +133,8 @@ that is left of it; ``SO_RCVLOWAT``). A 1 Gbit/s link otherwise woke the event l
 every ~60 KB, and each wakeup runs the frame reader in Python: 2,000 a second per
 receiving connection. Until session 34 the rest of a payload under this much was read
 as it came (a mark of 1 byte): a relay's chunk pieces are a few hundred KiB, and a
-relay's reads were three quarters such tails of 32-64 KiB (bench/linerate.py, N=3)."""
+relay's reads were three quarters such tails of 32-64 KiB (bench/linerate.py, N=3). Never
+more than half the receive window (io/recv_window.py says why)."""
 FLUSH_POLL = (0.001, 0.008)
 """Least and most seconds :meth:`Connection.wait_flushed` waits between looks. The most is
 well under what the kernel's send buffer holds at 1 Gbit/s (megabytes: tens of ms), so a
@@ -234,6 +236,7 @@ class Connection(asyncio.BufferedProtocol):
         self._drained = (0.0, 0)  # (loop time, flushed) at wait_flushed's last look
         self._sock: SocketOptions | None = None  # (its options: see io/sockopts.py)
         self._low_water = 1  # the socket's SO_RCVLOWAT now
+        self._window = 0  # the receive window when last read (recv_window.receive_window)
         self._drain = DrainRate()  # the link's pace, for the queue's bound (bulk_bytes)
         self._queue_bound: int | None = None  # that bound now; None: unbounded (HIGH_WATER)
         self._rate_at = 0.0  # loop time of the last delivery-rate read
@@ -304,9 +307,16 @@ class Connection(asyncio.BufferedProtocol):
         payloads (a header's length is not known before it is read). No byte we wait for
         is one the peer will not send (it sends frames whole: the payload's rest comes, or
         the peer hangs, which a request's timeout sees, or closes, which wakes us at
-        once). Set about three times a payload (a call costs microseconds)."""
+        once). Set about three times a payload (a call costs microseconds), and never
+        above half the receive window (io/recv_window.py), read again only while the mark
+        could reach it."""
         want = min(left, RECV_LOW_WATER) if left > 0 else 1
-        if want != self._low_water and (sock := self._options()) is not None:
+        if want == self._low_water or (sock := self._options()) is None:
+            return
+        if window_needed(want, self._window):
+            self._window = receive_window(sock)
+            want = wake_mark(want, self._window)
+        if want != self._low_water:
             with contextlib.suppress(OSError):  # (closing under us: the read ends anyway)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
                 self._low_water = want
