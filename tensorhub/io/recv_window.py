@@ -30,14 +30,10 @@ where the kernel's own wakeup on a full buffer remains).
 
 from __future__ import annotations
 
-import socket
 import struct
-import sys
 
-from .sockopts import SocketLike
+from .sockopts import SocketLike, tcp_info
 
-_LINUX = sys.platform.startswith("linux")
-_TCP_INFO = getattr(socket, "TCP_INFO", None) if _LINUX else None
 _RCV_SSTHRESH = struct.Struct("=I")
 _RCV_SSTHRESH_AT = 64  # tcpi_rcv_ssthresh (include/uapi/linux/tcp.h, since 2.6)
 _INFO_LEN = _RCV_SSTHRESH_AT + _RCV_SSTHRESH.size
@@ -50,13 +46,8 @@ def receive_window(sock: SocketLike) -> int:
     """The most the receiver advertises to the sender now (``tcpi_rcv_ssthresh``), in
     bytes; :data:`UNKNOWN` where the platform does not say (or the socket is closing under
     us: the read ends anyway)."""
-    if _TCP_INFO is None:
-        return UNKNOWN
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _INFO_LEN)
-    except OSError:
-        return UNKNOWN
-    if len(info) < _INFO_LEN:
+    info = tcp_info(sock, _INFO_LEN)
+    if info is None:
         return UNKNOWN
     (window,) = _RCV_SSTHRESH.unpack_from(info, _RCV_SSTHRESH_AT)
     return int(window) or UNKNOWN

@@ -32,7 +32,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from .sockopts import SocketLike
+from .sockopts import SocketLike, tcp_info
 
 QUEUE_SECONDS = 0.01
 """Seconds of the link's delivery rate a connection keeps queued: enough that the link
@@ -48,7 +48,6 @@ RATE_WEIGHT = 0.25
 noisy; a level changes only at a power of two)."""
 
 _LINUX = sys.platform.startswith("linux")  # (the tcp_info layout and option numbers below)
-_TCP_INFO = getattr(socket, "TCP_INFO", None) if _LINUX else None
 _NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25) if _LINUX else None
 _DELIVERY = struct.Struct("=Q")
 _DELIVERY_AT = 160  # tcpi_delivery_rate (Linux >= 4.9: include/uapi/linux/tcp.h)
@@ -96,13 +95,8 @@ def delivery_rate(sock: SocketLike) -> tuple[float, bool] | None:
     """The kernel's latest delivery-rate sample of ``sock`` (bytes a second, and whether it
     was app-limited); None where the platform has no such sample (not Linux, a kernel
     before 4.9, or a socket closing under us)."""
-    if _TCP_INFO is None:
-        return None
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _INFO_LEN)
-    except OSError:
-        return None
-    if len(info) < _INFO_LEN:
+    info = tcp_info(sock, _INFO_LEN)
+    if info is None:
         return None
     (rate,) = _DELIVERY.unpack_from(info, _DELIVERY_AT)
     return float(rate), bool(info[_APP_LIMITED_AT] & 1)

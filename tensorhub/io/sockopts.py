@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import _socket
 import socket
+import sys
 from typing import Protocol
+
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux") else None
 
 
 class SocketLike(Protocol):
@@ -52,3 +55,16 @@ class SocketOptions:
             s.setsockopt(level, option, value)
         finally:
             s.detach()
+
+
+def tcp_info(sock: SocketLike, length: int) -> bytes | None:
+    """The first ``length`` bytes of ``sock``'s ``TCP_INFO`` (``struct tcp_info`` of
+    include/uapi/linux/tcp.h), or None where there are none: not Linux, a kernel whose
+    struct is shorter, or a socket closing under us."""
+    if _TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, length)
+    except OSError:
+        return None
+    return info if len(info) >= length else None
