@@ -15,7 +15,7 @@ That is a new connection's state: its buffer starts at ``tcp_rmem[1]`` (128 KiB)
 window at about 64 KiB, under 256 KiB. Measured so (``bench/linerate.py --case slow``, a
 job's first step, N=4, 1 Gbit/s, ``tcp_info`` at each read): a link moving to a new
 upstream got its first chunks over a connection that had carried only news, with
-``SO_RCVLOWAT`` 256 KiB over a window of 66-200 KiB; it read 256 KiB every 17 ms, its
+``SO_RCVLOWAT`` 256 KiB over a window of 66-200 KiB; it read 256 KiB every 17-18 ms, its
 receive buffer stayed 270 KB for up to 0.4 s (where a busy connection's is 6-7 MB), and its
 first chunks came at 12-15 % of line rate; the link judged itself lagging and went to
 the chain's tail behind the half-rate one (docs/results.md, session 36).
