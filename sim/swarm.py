@@ -118,6 +118,16 @@ _SHARED = {
 table for both directions, so a new setting cannot be mapped one way only."""
 
 
+@dataclass(frozen=True)
+class _Queued:
+    """A request served here, waiting for an upload slot (the node's queued reply)."""
+
+    asker: str
+    request: Request
+    back: float  # the reply's latency
+    sending: int  # which sending of the request (see _Node.issue)
+
+
 @dataclass
 class _Node:
     name: str
@@ -127,7 +137,7 @@ class _Node:
     planner_seed: float = 0.0  # its planner's RNG seed (to build the same one again)
     seeder: SuperSeeder | None = None
     slots: UploadSlots = field(default_factory=UploadSlots)
-    queued: dict[int, Callable[[], None]] = field(default_factory=dict)  # ticket → start
+    queued: dict[int, _Queued] = field(default_factory=dict)  # ticket → upload waiting
     followers: list[str] = field(default_factory=list)  # who has us in their peer set
     started: float | None = None  # when its fetch began (None: not yet)
     finished: float | None = None
@@ -521,6 +531,7 @@ class Swarm:
         self._perform(f, session.requests(self.e.now))
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)
+            self._refuse_queued(f)
             self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:
             self._wake_later(f)
@@ -606,11 +617,24 @@ class Swarm:
         self._tickets += 1
         ticket = self._tickets
 
-        go = functools.partial(self._upload, s, f, r, back, n)
         if src.slots.request(f, ticket):
-            go()
+            self._upload(s, f, r, back, n)
         else:
-            src.queued[ticket] = go
+            src.queued[ticket] = _Queued(f, r, back, n)
+
+    def _refuse_queued(self, s: str) -> None:
+        """As the node's ``PeerHandler.refuse_queued``: ``s`` fell behind, and the uploads
+        queued here for askers that do not lag are answered "busy" now."""
+        src = self.nodes[s]
+        for ticket, q in list(src.queued.items()):
+            if self.nodes[q.asker].lagging:
+                continue
+            del src.queued[ticket]
+            src.slots.cancel(q.asker, ticket)
+            if src.seeder is not None:
+                src.seeder.unsent(q.request.chunk, q.asker)
+            busy = functools.partial(self._failed, q.asker, q.request, Outcome.BUSY, n=q.sending)
+            self.e.later(q.back, busy)
 
     def _upload(self, s: str, f: str, r: Request, back: float, n: int) -> None:
         """``s`` has an upload slot for ``f``'s request ``r``: start its bytes (with the
@@ -703,7 +727,8 @@ class Swarm:
         """An upload from ``s`` to ``peer`` ended (delivered, cancelled, or moot)."""
         src = self.nodes[s]
         for _peer, ticket in src.slots.release(peer):
-            src.queued.pop(_ticket(ticket))()
+            q = src.queued.pop(_ticket(ticket))
+            self._upload(s, q.asker, q.request, q.back, q.sending)
         if src.withdrawn:
             self._maybe_drained(src)
 

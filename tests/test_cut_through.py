@@ -361,3 +361,56 @@ async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> N
     finally:
         for n in (holder, asker):
             await n.close()
+
+
+async def test_a_link_that_falls_behind_refuses_what_it_queued_for_links_that_do_not() -> None:
+    """A link that judged itself lagging answers "busy" for the replies it had queued
+    (chunks it holds, waiting for its one upload slot) to a link that does not lag, so
+    that link moves on to the link before it at once rather than at our pace
+    (bench/linerate.py --case slow, traced: 0.17-0.32 s after the verdict); the reply
+    going out goes on, whole, and a lagging asker's queued reply is still sent."""
+    sd = weights()
+    holder = await Node.start("holder", secret=SECRET, dataplane=preset("node:upload_slots=1"))
+    asker = await Node.start("asker", secret=SECRET, dataplane=NODE)
+    laggard = await Node.start("laggard", secret=SECRET, dataplane=NODE)
+    routed(holder, asker, laggard)
+    try:
+        holder.serve("m", 1, sd, chunk_size=CHUNK, super_seed=10.0)  # (more than buffers hold)
+        peer = await asker.peer(holder.address)
+        manifest = await peer.get_manifest("m", 1)
+        mine = _empty(manifest)
+        peer.conn.pause_reading()  # the first reply backs up: its slot stays held
+        rids: list[int] = []
+        tasks = [
+            asyncio.create_task(peer.get_chunk(mine, c, issued=lambda _h, rid: rids.append(rid)))
+            for c in range(2)
+        ]
+        behind = await laggard.peer(holder.address)
+        theirs = _empty(manifest)
+        theirs.lagging = True  # (its requests say so: GetChunk.lagging)
+        lagging_task = asyncio.create_task(behind.get_chunk(theirs, 2))
+        await _until(lambda: len(rids) == 2, "two requests")
+        queued = lambda: sum(len(h._out) for h in holder.handlers)  # noqa: E731
+        await _until(lambda: queued() == 3, "three replies queued at the holder")
+        served = holder.store.get("m", 1)
+        served.lag()  # (what the fetch's driver does once its planner says so)
+        holder.refuse_queued(served)
+        peer.conn.resume_reading()
+        await asyncio.wait_for(tasks[0], 10)
+        with pytest.raises(RemoteError) as busy:
+            await asyncio.wait_for(tasks[1], 10)
+        assert busy.value.code == "busy" and "behind" in str(busy.value)
+        await asyncio.wait_for(lagging_task, 10)
+        assert mine.have[0] and not mine.have[1] and theirs.have[2]
+        assert _served_to(holder, "asker") == manifest.layout.chunk_len(0)
+        for c, replica in ((0, mine), (2, theirs)):
+            want = b"".join(bytes(p) for p in served.data.read_parts(c))
+            assert b"".join(bytes(p) for p in replica.data.read_parts(c)) == want
+        # The origin counts the asker no recipient of the chunks it never sent it.
+        assert served.seeder is not None
+        assert not served.seeder.recipients.get(1)
+        assert served.seeder.recipients.get(2) == ["laggard"]
+        await asyncio.wait_for(peer.get_chunk(mine, 1), 10)  # the connection is in step
+    finally:
+        for n in (holder, asker, laggard):
+            await n.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from tensorhub.core.swarm.planner import (
     RELAY_START_AHEAD,
     RELAY_START_WAIT,
     RELAY_WAIT,
+    SIDE_GAP,
     owner_order,
 )
 
@@ -1403,3 +1405,109 @@ def test_a_relay_link_far_down_a_chain_waits_longer_for_its_first_chunk() -> Non
             break  # it swarms now
     # longer than a link with no one before it waits, by at least a tick a link
     assert RELAY_WAIT + len(links) < waited and patience - 2 <= waited <= patience + 4, waited
+
+
+def _side_fed(
+    ahead_has: Callable[[int], int], up_has: Callable[[int], int], steps: int = 240
+) -> tuple[ChunkPlanner, list[tuple[int, Request]], int]:
+    """n6 relays from n5, which relays from n4: at tick ``step`` n4 holds its first
+    ``ahead_has(step)`` chunks and n5 its first ``up_has(step)``. What n6 asks of n5
+    lands once n5 holds it; what it asks of n4 lands 4 ticks later (n4's uplink also
+    feeds n5). The planner, n6's side requests to n4 (with the tick of each: those
+    while it relays from n5; once it holds ``LAG_CHUNKS`` more than n5, n5 is no
+    upstream of it, and it relays from n4), and how many chunks n6 held at the end."""
+    p = relay_planner("n6", n=256, per_source=4)
+    p.set_source("origin", 1, range(256), origin=True)
+    for name in ("n1", "n2", "n3", "n7", "n8"):
+        p.set_source(name, 1, [])
+    to_n5: list[Request] = []
+    to_n4: list[tuple[int, Request]] = []
+    sides: list[tuple[int, Request]] = []
+    for step in range(steps):
+        p.set_source("n4", 1, range(min(256, ahead_has(step))))
+        p.set_source("n5", 1, range(min(256, up_has(step))))
+        for r in p.next_requests():
+            assert r.source in ("n4", "n5"), r
+            if r.source == "n5":
+                to_n5.append(r)
+            else:
+                if p._relay_up == "n5":  # (not once it relays from n4: see below)
+                    sides.append((step, r))
+                to_n4.append((step + 4, r))
+        for r in [r for r in to_n5 if r.chunk < up_has(step)]:
+            to_n5.remove(r)
+            p.received(r.chunk, r.source)
+        for due, r in [(d, r) for d, r in to_n4 if d <= step]:
+            to_n4.remove((due, r))
+            p.received(r.chunk, r.source)
+        p.tick()
+    return p, sides, p.num_chunks - len(p.missing())
+
+
+def test_a_link_after_a_slow_one_takes_lone_chunks_from_the_link_before_it() -> None:
+    """bench/linerate.py --case slow, traced: the link after a half-rate one got half
+    its line rate until that one judged itself lagging (10 chunks when the link before
+    held 20), while half its ingress and half the uplink feeding the slow link idled.
+    Once the slow link falls SIDE_GAP behind and keeps falling behind, the link after
+    it also asks the link before it, one chunk at a time, for lone chunks far ahead of
+    the slow link's stream: it holds more than the slow link, but its run of chunks
+    from the first (what its own downstream asks it for) is no further along."""
+    p, sides, held = _side_fed(lambda step: 1 + step // 2, lambda step: 1 + step // 4)
+    assert sides, "never asked the link before its upstream"
+    n5_at = [1 + step // 4 for step, _ in sides]
+    for (step, r), n5 in zip(sides, n5_at, strict=True):
+        assert r.chunk >= n5 + 4, (step, r.chunk, n5)  # past the slow link's stream
+        assert r.chunk < 1 + step // 2  # held there
+    first = sides[0][0]
+    assert SIDE_GAP * 4 <= first <= 80, first  # falling behind SIDE_GAP, and for a while
+    assert all(b[0] - a[0] >= 4 for a, b in itertools.pairwise(sides)), "one at a time"
+    chunks = {r.chunk for _, r in sides}
+    assert not any(c + 1 in chunks for c in chunks), "lone chunks"
+    n5_has = 1 + 239 // 4
+    assert held > n5_has + len(sides) // 2, (held, n5_has, len(sides))
+    assert not p.lagging
+
+
+def test_a_link_after_one_keeping_pace_takes_nothing_from_the_link_before() -> None:
+    """A healthy chain: n5 trails n4 by a chunk or two; n6 asks n4 for nothing."""
+    _, sides, _ = _side_fed(lambda step: 2 + step // 2, lambda step: 1 + step // 2)
+    assert sides == []
+
+
+def test_a_link_after_one_catching_up_takes_nothing_from_the_link_before() -> None:
+    """n5 just moved on to n4 and fills its holes at twice n4's pace: its gap shrinks.
+    A side chunk then would split the uplink it catches up through (simulated, N=8 with
+    r5 at half rate, before the gap had to grow: 1.70x one copy)."""
+    ahead = lambda step: 40 + step // 2  # noqa: E731
+    _, sides, _ = _side_fed(ahead, lambda step: min(ahead(step) - 1, 20 + step))
+    assert sides == []
+
+
+def test_a_link_after_one_that_stalled_once_stops_taking_from_the_link_before() -> None:
+    """A busy host: n5's process does not run for 20 ticks (n4 gains 10 chunks
+    meanwhile), then n5 keeps pace again, as far behind as it fell. While it stalls its
+    uplink idles and a side chunk costs it nothing; once the gap stays flat, n6 takes
+    nothing more from n4 (a side chunk would only slow n5 now)."""
+    ahead = lambda step: 2 + step // 2  # noqa: E731
+
+    def n5(step: int) -> int:
+        return ahead(min(step, 60)) - 1 + max(0, step - 80) // 2
+
+    _, sides, _ = _side_fed(ahead, n5)
+    late = [(step, r) for step, r in sides if step >= 80 + 2 * 8]
+    assert late == [], late
+
+
+def test_a_link_after_a_slow_head_takes_nothing_from_the_origin() -> None:
+    """The head n1 falls behind the origin: its downstream takes no side chunk from the
+    origin, which sends each chunk once (the head check is what moves a slow head)."""
+    p = relay_planner("n2", n=256, per_source=4, head_check=False)
+    p.set_source("origin", 1, range(256), origin=True)
+    p.set_source("n3", 1, [])
+    for step in range(200):
+        p.set_source("n1", 1, range(1 + step // 4))
+        for r in p.next_requests():
+            assert r.source == "n1", (step, r)
+            if r.chunk < 1 + step // 4:
+                p.received(r.chunk, r.source)
+        p.tick()

@@ -249,6 +249,12 @@ class Node:
         h.tell_behind(key, version, who)
         return True
 
+    def refuse_queued(self, replica: Replica) -> None:
+        """``replica``'s fetch fell behind: every connection answers "busy" for the chunk
+        replies of it queued for a peer that does not lag (``PeerHandler.refuse_queued``)."""
+        for h in list(self.handlers):
+            h.refuse_queued(replica)
+
     def announce(self, key: ShardKey, version: int, chunk: int, to: Iterable[str]) -> None:
         """Tell the swarm of (key, version) we hold ``chunk`` now: the peers at the
         addresses ``to`` we are connected to, and every peer that asked us for the

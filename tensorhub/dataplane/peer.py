@@ -116,6 +116,7 @@ class _Reply:
     chunk: int = -1
     grant: Grant | None = None
     landing: Landing | None = None  # the chunk is not verified here yet: cut through
+    asker_lagging: bool = False  # the peer relays from the chain's tail too (GetChunk.lagging)
 
 
 class PeerHandler:
@@ -405,7 +406,9 @@ class PeerHandler:
             replica.begin_read()
             grant = self._grants.request(peer)
             self._out.append(
-                _Reply(ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant, landing)
+                _Reply(
+                    ChunkData(msg.req, msg.chunk), replica, msg.chunk, grant, landing, msg.lagging
+                )
             )
 
     def _cancel(self, rid: int) -> None:
@@ -430,6 +433,32 @@ class PeerHandler:
                     self._unsend(reply)
                     self._out[i] = _Reply(_cancelled(rid))
                 return
+
+    def refuse_queued(self, replica: Replica) -> None:
+        """``replica``'s fetch fell behind (``Replica.lag``): its chunk replies queued here
+        for a peer that does not lag, not begun, are answered "busy" now, as a request for
+        one would be (serve_decision), and the peer moves on to the link before us. Sent
+        at our pace, they held that peer at it after our verdict: the link after a
+        half-rate one, 4 chunks behind it, moved on 0.17-0.32 s after the verdict, once
+        it asked for a chunk we lacked (bench/linerate.py --case slow, traced). The
+        refusals go ahead of the chunk going out now (notes, between its frames): behind
+        it, at our pace, they came up to 0.1 s late."""
+        kept: deque[_Reply] = deque()
+        for i, reply in enumerate(self._out):
+            if (
+                isinstance(reply.msg, ChunkData)
+                and reply.replica is replica
+                and not reply.asker_lagging
+                and not (i == 0 and self._writer is not None)  # (it may be going out now)
+            ):
+                self._drop(reply)
+                self._unsend(reply)
+                self._note(Error("busy", "behind: relaying from the tail", reply.msg.req))
+            else:
+                kept.append(reply)
+        if len(kept) < len(self._out):
+            self._out.clear()  # (in place: the write loop reads self._out as it goes)
+            self._out.extend(kept)
 
     def _wake_writer(self) -> None:
         if self._writer is None:

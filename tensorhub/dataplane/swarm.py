@@ -518,7 +518,7 @@ class _Driver:
                     self.replica.settle(a.chunk)  # who waited for it hears it is not coming
         planner = self.session.planner
         if planner.lagging and not self.replica.lagging:
-            self.replica.lag()  # we relay from the tail now: park no one (Replica.lag)
+            self._lag()
             held = planner.num_chunks - len(planner.missing())
             name, version = display_name(self.replica.key), self.replica.version
             if held == 0:  # (a lag is judged only from lag_chunks in: ChunkPlanner._note_lag)
@@ -580,7 +580,13 @@ class _Driver:
                 self.replica.version,
                 peer,
             )
-            self.replica.lag()  # we relay from the tail now: park no one (Replica.lag)
+            self._lag()
+
+    def _lag(self) -> None:
+        """We relay from the chain's tail now: park no one (``Replica.lag``), and answer
+        "busy" to what is queued for a link that does not lag (``Node.refuse_queued``)."""
+        self.replica.lag()
+        self.node.refuse_queued(self.replica)
 
     def _start(self, r: Request) -> None:
         into = None

@@ -143,6 +143,19 @@ half rate fell less than a chunk further behind in one look, was never judged la
 and the chain after it ran at its pace (simulated, bench/linerate.py --case slow at 250
 Mbit/s: 2.03x one copy). 5 chunks take less than the 20 ticks at 1 Gbit/s and more: the
 look there is as it was."""
+SIDE_GAP = LAG_FALL
+"""Chunks by which our upstream's highest must trail that of the link it relays from
+before we take lone chunks from that link too (``ChunkPlanner._side_feed``). As the fall
+that begins a link's own look at whether it lags: a healthy link trails its upstream by
+a piece, and a busy host's stall of a few chunk times is not worth splitting that
+link's uplink for."""
+SIDE_BEHIND = 2
+"""Chunks of our upstream's run from the first that we may lack and still take side
+chunks (``ChunkPlanner._side_feed``): its news of a chunk comes before the chunk's last
+piece, and a link that cuts through trails by one."""
+SIDE_WINDOW = 8
+"""Chunks of the side link's over which our upstream must keep falling behind it for a
+side feed (``ChunkPlanner._side_falling``): a link at half rate falls 4 in 8."""
 SCAN_PATIENCE = 16
 """Candidates a call may find unservable in a row before it stops looking."""
 
@@ -418,6 +431,9 @@ class ChunkPlanner:
         self._relay_since = 0  # the tick we began to relay from our upstream
         self._lag_window: deque[tuple[int, int]] = deque()  # (its chunks, our lag) lately
         self._relay_skipped = False  # our upstream is not the link just before us
+        self._relay_before: list[str] = []  # the links before us, nearest first (_upstream)
+        self._side_pair: tuple[str, str] | None = None  # (upstream, its upstream) watched
+        self._side_gaps: deque[tuple[int, int]] = deque()  # (its top, our upstream's gap)
         self._lag_seen: tuple[int, int, int] | None = None  # (tick, lag, its chunks) then
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._head = HeadCheck(self.cfg.head_chunks)  # relay: is the head slow? (headcheck)
@@ -1119,12 +1135,103 @@ class ChunkPlanner:
         if len(out) < budget:
             out += self._check_head(up, src)
         if out or src.inflight >= self.cfg.per_source:
-            return out
+            return out + self._side_feed(up, src, budget - len(out))
         if not skipped:  # as far ahead as it lets us be: wait for it, unless it stalled
             if up not in self._relay_asked:
                 return self._probe(up)
             if not self._waited_out(src):
-                return out
+                return self._side_feed(up, src, budget)
+        return None
+
+    def _side_feed(self, up: str, src: SourceInfo, budget: int) -> list[Request]:
+        """While our upstream falls behind the link it relays from (``SIDE_GAP``), one
+        chunk at a time from that link: the highest it holds that we lack, none asked,
+        past what our upstream will soon pass us, and with neither neighbour held or
+        asked here. A link on a half-rate NIC relays at half rate until it judges itself
+        lagging (9-10 chunks in, 0.6-0.7 s at 1 Gbit/s), and the link after it got half
+        its line rate that long; the other half of its ingress, and of the uplink
+        feeding the slow one, idled (bench/linerate.py --case slow, traced: r4 held 10
+        chunks when r2 held 20, and ended 10 chunk times after r2). Lone chunks, so that
+        our run of chunks from the first (what our downstream asks us for) and our
+        highest with a predecessor (what it judges its lag by) do not run ahead of what
+        we can pass on: a block of side-fed chunks made a healthy downstream take itself
+        for lagging. Only while we keep pace with our upstream (``SIDE_BEHIND``): a link
+        falling behind its own upstream is held back by its own ingress, which a side
+        chunk only shares, and counted among what it holds, it hid the fall it judges
+        its lag by (bench/linerate.py --case slow: the half-rate link took side chunks
+        while its upstream paused for the head check, and judged itself lagging late:
+        1.33x one copy)."""
+        if budget <= 0 or self.lagging or self._relay_skipped or src.origin:
+            return []
+        floor = self._prefix(src)
+        if floor - self._relay_from > SIDE_BEHIND:
+            return []  # (our own ingress is what holds us back, if anything)
+        side = self._side_source(up)
+        if side is None:
+            return []
+        s2 = self.sources[side]
+        if not self._side_falling(up, side, s2.top, s2.top - src.top) or s2.inflight:
+            return []
+        have, asked, last = self.have, self._chunks, self.num_chunks - 1
+        floor += self.cfg.per_source  # (what it will soon pass us)
+        c = s2.top
+        while c > floor:
+            if (
+                c in s2.chunks
+                and not have[c]
+                and c not in asked
+                and not have[c - 1]
+                and c - 1 not in asked
+                and (c == last or (not have[c + 1] and c + 1 not in asked))
+                and (side, c) not in self._blocked
+            ):
+                self._effects += 1
+                return [self._request(side, c, duplicate=False)]
+            c -= 1
+        return []
+
+    def _side_falling(self, up: str, side: str, top: int, gap: int) -> bool:
+        """Is our upstream ``SIDE_GAP`` behind the link it relays from (``gap``, at that
+        link's ``top``) and falling further behind it in each half of that link's last
+        ``SIDE_WINDOW`` chunks? A gap that shrinks is a link catching up (one that just
+        moved on to a new upstream fills the holes between its lone side-fed chunks at
+        its line rate): a side chunk taken then split the uplink it caught up through,
+        it fell further behind, judged itself lagging, and so did each link after it in
+        turn (simulated, N=8 with r5 at half rate: 1.70x one copy). A gap that jumped
+        once and stayed is a stall that is over (a busy host): a side chunk would only
+        slow the link now."""
+        if self._side_pair != (up, side):
+            self._side_pair = (up, side)
+            self._side_gaps.clear()
+        gaps = self._side_gaps
+        if gaps and gaps[-1][0] == top:
+            gaps.pop()
+        gaps.append((top, gap))
+        while len(gaps) > 1 and gaps[1][0] <= top - SIDE_WINDOW:
+            gaps.popleft()
+        if gap < SIDE_GAP or gaps[0][0] > top - SIDE_WINDOW:
+            return False  # (not that far behind, or not watched for a window yet)
+        half = next(g for t, g in reversed(gaps) if t <= top - SIDE_WINDOW // 2)
+        then = gaps[0][1]
+        return gap > half > then and gap - then > SIDE_WINDOW // 4
+
+    def _side_source(self, up: str) -> str | None:
+        """The link our upstream relays from, as we see the chain (see ``_side_feed``):
+        the nearest usable link before it that is not lagging; None if that is none, or
+        an origin (the origin sends each chunk once: a side chunk from it is egress
+        beyond one model)."""
+        before = self._relay_before
+        try:
+            i = before.index(up)
+        except ValueError:
+            return None
+        for name in before[i + 1 :]:
+            s = self.sources.get(name)
+            if s is None or name in self._lagging or self._lost(name, s):
+                continue
+            if s.origin or not s.chunks or not self._usable(s):
+                return None
+            return name
         return None
 
     def _waited_out(self, up: SourceInfo, more: int = 0) -> bool:
@@ -1177,6 +1284,7 @@ class ChunkPlanner:
         waiting: str | None = None  # the nearest link that has not begun, waited for
         before = sorted((n for n in chain if key(n) < mine), key=key, reverse=True)
         self._relay_hops = len(before)  # (links between the origin and us: see RELAY_HOP_WAIT)
+        self._relay_before = before
         if lagging and (ahead := self._laggard_ahead(chain, held)) is not None:
             self._relay_skipped = False
             return ahead
