@@ -144,6 +144,22 @@ def test_a_relay_chain_runs_around_a_receiver_on_a_half_rate_nic() -> None:
     assert times[4] / 2 < 1.05
 
 
+def test_the_link_after_a_slow_one_takes_side_chunks_until_the_verdict() -> None:
+    """bench/linerate.py --case slow at N=4, simulated: r4 relays from r3, on a half-rate
+    NIC, at half its line rate until r3 judges itself lagging, while half of r4's
+    ingress and of r2's uplink idle. Taking lone chunks from r2 meanwhile (side chunks,
+    ``ChunkPlanner._side_feed``), r4 ends nearer r2: 1.106x one copy at 1 Gbit/s where it
+    took 1.146x without, 1.105x at 2 Gbit/s where it took 1.184x."""
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import NODE
+
+    for rate, bound in ((1000.0, 1.125), (2000.0, 1.125)):
+        times = predict_each(4, 256 << 20, rate, 4 << 20, NODE, seed=1, rates={3: rate / 2})
+        print(rate, "each receiver / one copy:", [round(t, 3) for t in times])
+        assert max(t for i, t in enumerate(times, 1) if i != 3) < bound, (rate, times)
+        assert times[2] / 2 < 1.05  # the slow one near its own bound
+
+
 def test_a_healthy_link_judged_lagging_does_not_share_the_tail_with_the_slow_one() -> None:
     """Regression, bench/linerate.py --case slow at ``lag_chunks`` 4, simulated with one
     round's starts (receivers began up to 3.3 ms apart): r2, healthy, judged itself
