@@ -151,10 +151,11 @@ def test_the_link_after_a_slow_one_takes_side_chunks_until_the_verdict() -> None
     ``ChunkPlanner._side_feed``), r4 ends nearer r2: 1.106x one copy at 1 Gbit/s where it
     took 1.146x without, 1.105x at 2 Gbit/s where it took 1.184x."""
     from sim.fanout import predict_each
-    from tensorhub.core.swarm.presets import NODE
+    from tensorhub.core.swarm.presets import preset
 
+    side = preset("node:planner.side_chunks=true")  # (off by default: session 37)
     for rate, bound in ((1000.0, 1.125), (2000.0, 1.125)):
-        times = predict_each(4, 256 << 20, rate, 4 << 20, NODE, seed=1, rates={3: rate / 2})
+        times = predict_each(4, 256 << 20, rate, 4 << 20, side, seed=1, rates={3: rate / 2})
         print(rate, "each receiver / one copy:", [round(t, 3) for t in times])
         assert max(t for i, t in enumerate(times, 1) if i != 3) < bound, (rate, times)
         assert times[2] / 2 < 1.05  # the slow one near its own bound

@@ -216,6 +216,16 @@ class PlannerConfig:
     chain's tail (:meth:`ChunkPlanner.set_lagged_before`). Off
     (``node:planner.lag_memory=false``), each fetch judges them afresh, as until session
     32."""
+    side_chunks: bool = False
+    """``relay``: the link after one that keeps falling behind its own upstream takes lone
+    chunks from that upstream meanwhile (``ChunkPlanner._side_feed``). Off by default:
+    a link on a half-rate NIC gains (bench/linerate.py --case slow, a job's first step:
+    1.174x one copy against 1.222x, 36 rounds each), but on a host whose cores are the
+    limit a healthy link falls behind now and then while it keeps gaining, the side
+    chunks taken from its upstream's uplink slow it further, and it and the links after
+    it judged themselves lagging (N=8 healthy at 1 GiB: 1.22x-1.73x one copy in 4 rounds,
+    1.05x-1.09x without; docs/results.md, session 37).
+    ``node:planner.side_chunks=true`` runs it."""
     backoff_ticks: int = 10
     ban_ticks: int = 200
     max_strikes: int = 3
@@ -1161,7 +1171,9 @@ class ChunkPlanner:
         its lag by (bench/linerate.py --case slow: the half-rate link took side chunks
         while its upstream paused for the head check, and judged itself lagging late:
         1.33x one copy)."""
-        if budget <= 0 or self.lagging or self._relay_skipped or src.origin:
+        if not self.cfg.side_chunks or budget <= 0 or self.lagging or self._relay_skipped:
+            return []
+        if src.origin:
             return []
         floor = self._prefix(src)
         if floor - self._relay_from > SIDE_BEHIND:
@@ -1199,7 +1211,12 @@ class ChunkPlanner:
         it fell further behind, judged itself lagging, and so did each link after it in
         turn (simulated, N=8 with r5 at half rate: 1.70x one copy). A gap that jumped
         once and stayed is a stall that is over (a busy host): a side chunk would only
-        slow the link now."""
+        slow the link now. Nor while our upstream gains nothing in half the window: a
+        process that does not run (a busy host's stall, 0.1-0.3 s) falls behind as fast
+        as a slow NIC, but a side chunk taken then shares the uplink it catches up
+        through once it runs again, and it keeps falling behind, now for want of that
+        uplink (bench/linerate.py, N=8 healthy at 1 GiB: side chunks in 3 rounds of 6, a
+        cores 93-97 % busy; two links judged lagging in one of them)."""
         if self._side_pair != (up, side):
             self._side_pair = (up, side)
             self._side_gaps.clear()
@@ -1211,9 +1228,14 @@ class ChunkPlanner:
             gaps.popleft()
         if gap < SIDE_GAP or gaps[0][0] > top - SIDE_WINDOW:
             return False  # (not that far behind, or not watched for a window yet)
-        half = next(g for t, g in reversed(gaps) if t <= top - SIDE_WINDOW // 2)
-        then = gaps[0][1]
-        return gap > half > then and gap - then > SIDE_WINDOW // 4
+        t_half, half = next((t, g) for t, g in reversed(gaps) if t <= top - SIDE_WINDOW // 2)
+        t_then, then = gaps[0]
+        ours, ours_half, ours_then = top - gap, t_half - half, t_then - then
+        return (
+            gap > half > then
+            and gap - then > SIDE_WINDOW // 4
+            and ours > ours_half > ours_then  # (it gained in each half: not stalled)
+        )
 
     def _side_source(self, up: str) -> str | None:
         """The link our upstream relays from, as we see the chain (see ``_side_feed``):
