@@ -18,7 +18,7 @@ from tensorhub.core.errors import ChecksumMismatch, RemoteError
 from tensorhub.core.manifest import Manifest
 from tensorhub.core.swarm.presets import NODE, preset
 from tensorhub.dataplane.node import Node
-from tensorhub.dataplane.peer import PIECE, byte_range
+from tensorhub.dataplane.peer import PIECE, PeerHandler, byte_range
 from tensorhub.dataplane.store import Replica
 from tensorhub.io.tensors import TensorBytes, empty_like_manifest, tensor_digests
 from tensorhub.testing.hub_procs import HubProcs, Spec
@@ -323,6 +323,26 @@ def _stream_sent(relay: Node) -> int:
     return sum(h.conn.bytes_sent for h in relay.handlers if h.conn.peer == "asker")
 
 
+async def _backed_up(
+    holder: Node, asker: Node, sd: dict[str, torch.Tensor], n: int
+) -> tuple[PeerHandler, Manifest, Replica, list[asyncio.Task[None]]]:
+    """``holder`` serves ``sd``; ``asker`` stops reading its connection and asks for the
+    first ``n`` chunks: the first reply backs up and holds its upload slot, the rest wait
+    behind it. The asker's connection, the manifest, its replica and the requests."""
+    holder.serve("m", 1, sd, chunk_size=CHUNK, super_seed=10.0)  # (more than buffers hold)
+    peer = await asker.peer(holder.address)
+    manifest = await peer.get_manifest("m", 1)
+    mine = _empty(manifest)
+    peer.conn.pause_reading()  # the first reply backs up: its slot stays held
+    rids: list[int] = []
+    tasks = [
+        asyncio.create_task(peer.get_chunk(mine, c, issued=lambda _h, rid: rids.append(rid)))
+        for c in range(n)
+    ]
+    await _until(lambda: len(rids) == n, f"{n} requests")
+    return peer, manifest, mine, tasks
+
+
 async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> None:
     """A holder with one upload slot, its slot held by a reply the asker is slow to read:
     the asker's next two requests queue behind it. Given up, neither is sent: each ends
@@ -333,17 +353,7 @@ async def test_replies_given_up_while_queued_behind_a_slot_are_never_sent() -> N
     asker = await Node.start("asker", secret=SECRET, dataplane=NODE)
     routed(holder, asker)
     try:
-        holder.serve("m", 1, sd, chunk_size=CHUNK, super_seed=10.0)  # (more than buffers hold)
-        peer = await asker.peer(holder.address)
-        manifest = await peer.get_manifest("m", 1)
-        mine = _empty(manifest)
-        peer.conn.pause_reading()  # the first reply backs up: its slot stays held
-        rids: list[int] = []
-        tasks = [
-            asyncio.create_task(peer.get_chunk(mine, c, issued=lambda _h, rid: rids.append(rid)))
-            for c in range(3)
-        ]
-        await _until(lambda: len(rids) == 3, "three requests")
+        peer, manifest, mine, tasks = await _backed_up(holder, asker, sd, 3)
         await asyncio.sleep(0.2)  # they reach the holder, which queues two of them
         for t in tasks[1:]:
             t.cancel()
@@ -375,21 +385,11 @@ async def test_a_link_that_falls_behind_refuses_what_it_queued_for_links_that_do
     laggard = await Node.start("laggard", secret=SECRET, dataplane=NODE)
     routed(holder, asker, laggard)
     try:
-        holder.serve("m", 1, sd, chunk_size=CHUNK, super_seed=10.0)  # (more than buffers hold)
-        peer = await asker.peer(holder.address)
-        manifest = await peer.get_manifest("m", 1)
-        mine = _empty(manifest)
-        peer.conn.pause_reading()  # the first reply backs up: its slot stays held
-        rids: list[int] = []
-        tasks = [
-            asyncio.create_task(peer.get_chunk(mine, c, issued=lambda _h, rid: rids.append(rid)))
-            for c in range(2)
-        ]
+        peer, manifest, mine, tasks = await _backed_up(holder, asker, sd, 2)
         behind = await laggard.peer(holder.address)
         theirs = _empty(manifest)
         theirs.lagging = True  # (its requests say so: GetChunk.lagging)
         lagging_task = asyncio.create_task(behind.get_chunk(theirs, 2))
-        await _until(lambda: len(rids) == 2, "two requests")
         queued = lambda: sum(len(h._out) for h in holder.handlers)  # noqa: E731
         await _until(lambda: queued() == 3, "three replies queued at the holder")
         served = holder.store.get("m", 1)
