@@ -885,3 +885,22 @@ async def test_a_held_chunk_given_up_mid_way_stops_at_the_next_frame() -> None:
         assert replica.held == 0
         await asyncio.wait_for(peer.get_chunk(replica, 0), 30)  # the connection is in step
         assert replica.held == 1
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    """A local cluster's voter ports are picked before its processes bind them. Handed
+    out by the kernel (bind to 0), the same port came back to two clusters started a
+    moment apart by two test workers: each took the other's voter for its own (CI,
+    session 37). Drawn at random below the range the kernel gives outgoing connections,
+    neither those nor another cluster's pick is likely to land on one."""
+    from tensorhub.io.tcp import LOW_PORT, _ephemeral_range, free_ports
+
+    low, high = _ephemeral_range()
+    ports = free_ports(8)
+    assert len(set(ports)) == 8
+    if high - low >= 32:  # (Linux: the range is known)
+        assert all(low <= p < high for p in ports), (ports, low, high)
+        assert low == LOW_PORT
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 from collections.abc import Callable, Sequence
 from typing import Protocol, cast
@@ -172,9 +173,50 @@ class Handler(Protocol):
         (told after each read that put some there)."""
 
 
+LOW_PORT = 20000
+"""The lowest port :func:`free_ports` picks: below it lie the well-known and registered
+services."""
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` ports free on ``host`` now, for a local cluster whose addresses must be known
-    before it starts (the voter set). Another process could take one in between."""
+    before it starts (the voter set). Another process could take one in between; drawn at
+    random below the kernel's ephemeral range, so that neither an outgoing connection's
+    port nor another cluster's pick is likely to be one. Ports the kernel hands out
+    (bind to 0) came back to two local clusters started a moment apart (two test workers):
+    each took the other's voter for its own, and one voter could not bind (CI, session 37)."""
+    low, high = _ephemeral_range()
+    if high - low < 4 * n:  # (no room below the ephemeral range: the kernel's pick)
+        return _kernel_ports(n, host)
+    rng = random.SystemRandom()
+    out: list[int] = []
+    for _ in range(64 * n):
+        port = rng.randrange(low, high)
+        if port in out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        out.append(port)
+        if len(out) == n:
+            return out
+    return out + _kernel_ports(n - len(out), host)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """Ports from ``LOW_PORT`` to the first the kernel gives outgoing connections (Linux's
+    ``ip_local_port_range``); an empty range where that is not known."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return LOW_PORT, LOW_PORT
+    return LOW_PORT, max(LOW_PORT, first)
+
+
+def _kernel_ports(n: int, host: str) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
