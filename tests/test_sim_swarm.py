@@ -404,3 +404,35 @@ def test_the_fanout_mirror_waits_for_a_link_that_begins_a_moment_after_the_one_b
     times = predict_each(8, 256 << 20, 250.0, 4 << 20, NODE, 1, late=began)
     print("healthy N=8 at 250 Mbit/s:", [round(t, 3) for t in times])
     assert max(began[i] + times[i - 1] for i in range(1, 9)) < 1.05
+
+
+def test_a_lagging_node_refuses_the_uploads_it_queued_for_askers_that_do_not_lag() -> None:
+    """As the node's ``PeerHandler.refuse_queued``: a node that judges itself lagging
+    answers "busy", after the reply's latency, for each upload queued at it for an asker
+    that does not lag (its slot queue forgets them); a lagging asker's upload still waits
+    for its slot. Without it, the link after a slow one stayed on it for what it held,
+    at its pace (bench/linerate.py --case slow, traced: 0.17-0.32 s)."""
+    from sim.swarm import _Queued
+    from tensorhub.core.swarm import Request
+    from tensorhub.core.swarm.session import Outcome
+
+    e = Engine()
+    c = Cluster.build(TopologySpec(dcs=1, racks_per_dc=1, hosts_per_rack=4))
+    hosts = sorted(c.hosts)
+    s = Swarm(e, Network(e), c, 8 * GB, [hosts[0]], hosts[1:], CFG, seed=1)
+    slow, healthy, laggard = hosts[1:]
+    s.nodes[laggard].lagging = True
+    src = s.nodes[slow]
+    for busy in range(src.slots.slots):  # (every slot taken: what follows waits)
+        assert src.slots.request(f"other{busy}", 100 + busy)
+    for ticket, asker in ((1, healthy), (2, laggard)):
+        assert not src.slots.request(asker, ticket)
+        src.queued[ticket] = _Queued(asker, Request(slow, ticket, False), 0.001, 1)
+    refused: list[tuple[str, Request, Outcome, float]] = []
+    s._failed = lambda f, r, outcome, holders=(), *, n: refused.append(  # type: ignore[method-assign]
+        (f, r, outcome, e.now)
+    )
+    s._refuse_queued(slow)
+    e.run(until=1.0)
+    assert refused == [(healthy, Request(slow, 1, False), Outcome.BUSY, 0.001)]
+    assert list(src.queued) == [2] and src.slots.waiting == 1

@@ -1215,7 +1215,7 @@ class ChunkPlanner:
         process that does not run (a busy host's stall, 0.1-0.3 s) falls behind as fast
         as a slow NIC, but a side chunk taken then shares the uplink it catches up
         through once it runs again, and it keeps falling behind, now for want of that
-        uplink (bench/linerate.py, N=8 healthy at 1 GiB: side chunks in 3 rounds of 6, a
+        uplink (bench/linerate.py, N=8 healthy at 1 GiB: side chunks in 3 rounds of 6, the
         cores 93-97 % busy; two links judged lagging in one of them)."""
         if self._side_pair != (up, side):
             self._side_pair = (up, side)
