@@ -47,6 +47,7 @@ from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.view import Routes
 from tensorhub.io import ucx
 from tensorhub.io.loop import loop_name, run
+from tensorhub.io.tcp import use_congestion_control
 from tensorhub.io.tensors import byte_view, empty_like_manifest
 from tensorhub.testing.weights import llm_like_state_dict
 
@@ -59,6 +60,7 @@ def _raw_sender(sock: socket.socket, views: list[memoryview]) -> None:
         conn, _ = sock.accept()
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            use_congestion_control(conn)  # (--cc: the same algorithm as the nodes')
             for v in views:
                 for off in range(0, len(v), SLICE):
                     conn.sendall(v[off : off + SLICE])
@@ -82,9 +84,10 @@ def server_main(size: int, chunk_size: int, transport: str, device: str, q: Any,
     run(main())
 
 
-def raw_receive(port: int, views: list[memoryview]) -> float:
+def raw_receive(port: int, views: list[memoryview], host: str = "127.0.0.1") -> float:
     t0 = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.create_connection((host, port)) as s:
+        use_congestion_control(s)
         for v in views:
             off = 0
             while off < len(v):
