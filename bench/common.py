@@ -49,13 +49,16 @@ def machine() -> dict[str, Any]:
     }
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+def print_table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], width: int | None = None
+) -> None:
+    """``width``: the console's, in characters, for tables whose cells must not be cut."""
     table = Table(title=title)
     for c in columns:
         table.add_column(c, justify="right" if c != columns[0] else "left")
     for r in rows:
         table.add_row(*(f"{x:.3f}" if isinstance(x, float) else str(x) for x in r))
-    Console().print(table)
+    Console(width=width).print(table)
 
 
 def write_json(path: str | None, data: dict[str, Any]) -> None:

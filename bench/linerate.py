@@ -53,6 +53,7 @@ if __package__ in (None, ""):
 from bench.common import machine, parse_size, print_table, write_json
 from sim.fanout import predict_each
 from tensorhub.core.swarm.presets import preset
+from tensorhub.dataplane.trace import TRACE_ENV
 from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.netns import Fabric, enter, unavailable
@@ -530,6 +531,10 @@ def _round(
         ran = {}
         for name in names[turn:] + names[:turn]:
             chunk = parse_size(args.chunk)
+            if args.trace:  # (each Hub process inherits it; a directory per run)
+                safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
+                where = Path(args.trace) / f"round{round_no + 1}-{safe}"
+                os.environ[TRACE_ENV] = str(where)
             ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case, args.steps)
             r.update(_predicted(args, n, size, chunk, name, slow, case, r["starts"], args.steps))
         for name in names:  # (the table's order: as given)
@@ -670,6 +675,12 @@ def main() -> None:
         "receiver drops the one before), and the last is measured: what a node learnt in "
         "one step (a slow NIC: its lag memory) is used in the next; the first step's ratio "
         "is reported beside it",
+    )
+    ap.add_argument(
+        "--trace",
+        help="write every tensorhub fetch's timeline here (TENSORHUB_TRACE: who sent each "
+        "chunk when, changes of upstream, lag verdicts), a directory per round and preset; "
+        "read it with bench/trace_report.py",
     )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()

@@ -249,11 +249,11 @@ class Node:
         h.tell_behind(key, version, who)
         return True
 
-    def refuse_queued(self, replica: Replica) -> None:
+    def refuse_queued(self, replica: Replica) -> int:
         """``replica``'s fetch fell behind: every connection answers "busy" for the chunk
-        replies of it queued for a peer that does not lag (``PeerHandler.refuse_queued``)."""
-        for h in list(self.handlers):
-            h.refuse_queued(replica)
+        replies of it queued for a peer that does not lag (``PeerHandler.refuse_queued``).
+        How many it answered so."""
+        return sum(h.refuse_queued(replica) for h in list(self.handlers))
 
     def announce(self, key: ShardKey, version: int, chunk: int, to: Iterable[str]) -> None:
         """Tell the swarm of (key, version) we hold ``chunk`` now: the peers at the

@@ -434,7 +434,7 @@ class PeerHandler:
                     self._out[i] = _Reply(_cancelled(rid))
                 return
 
-    def refuse_queued(self, replica: Replica) -> None:
+    def refuse_queued(self, replica: Replica) -> int:
         """``replica``'s fetch fell behind (``Replica.lag``): its chunk replies queued here
         for a peer that does not lag, not begun, are answered "busy" now, as a request for
         one would be (serve_decision), and the peer moves on to the link before us. Sent
@@ -442,7 +442,7 @@ class PeerHandler:
         half-rate one, 4 chunks behind it, moved on 0.17-0.32 s after the verdict, once
         it asked for a chunk we lacked (bench/linerate.py --case slow, traced). The
         refusals go ahead of the chunk going out now (notes, between its frames): behind
-        it, at our pace, they came up to 0.1 s late."""
+        it, at our pace, they came up to 0.1 s late. How many were refused."""
         kept: deque[_Reply] = deque()
         for i, reply in enumerate(self._out):
             if (
@@ -456,9 +456,11 @@ class PeerHandler:
                 self._note(Error("busy", "behind: relaying from the tail", reply.msg.req))
             else:
                 kept.append(reply)
-        if len(kept) < len(self._out):
+        refused = len(self._out) - len(kept)
+        if refused:
             self._out.clear()  # (in place: the write loop reads self._out as it goes)
             self._out.extend(kept)
+        return refused
 
     def _wake_writer(self) -> None:
         if self._writer is None:

@@ -48,6 +48,7 @@ from .fetch import FetchResult
 from .node import Node
 from .peer import PeerHandler
 from .store import Replica
+from .trace import FetchTrace
 from .view import ClusterView, Holder, SourceNews
 
 __all__ = ["Holder", "NoManifest", "fetch_manifest", "copy_held", "swarm_fetch", "swarm_fill"]
@@ -197,7 +198,10 @@ async def swarm_fill(
     planner = ChunkPlanner(node.address, manifest.num_chunks, random.Random(seed), config, have)
     session = FetchSession(planner, record)
     view = view or node.view
-    driver = _Driver(node, replica, session, view, announce=serve)
+    trace = FetchTrace.open(node.name, key, version)
+    driver = _Driver(node, replica, session, view, announce=serve, trace=trace)
+    if trace is not None:
+        trace.event("begin", chunks=manifest.num_chunks, held=len(have), addr=node.address)
     _use(session, holders)
     if lagged := view.lagged_before(key):  # (once: see set_lagged_before)
         session.set_lagged_before(lagged)
@@ -222,16 +226,23 @@ async def swarm_fill(
         )
         await driver.settled()
         replica.data.finalize()
-    except BaseException:
+    except BaseException as e:
         driver.perform(session.abandon_all())  # nothing may write into the caller's tensors
         await asyncio.shield(driver.settled())
         if serve:
             node.store.remove(key, version)  # never leave a broken replica advertised
+        if trace is not None:
+            trace.event("end", held=planner.num_chunks - len(planner.missing()), error=repr(e))
         raise
+    else:
+        if trace is not None:
+            trace.event("end", held=planner.num_chunks, error=None)
     finally:
         unwatch()
         unhave()
         unbehind()
+        if trace is not None:
+            trace.close()
     t2 = time.perf_counter()
     fetched = manifest.total_bytes - sum(manifest.layout.chunk_len(c) for c in have)
     if t2 - t0 > slow_after(fetched):
@@ -492,9 +503,12 @@ class _Driver:
         session: FetchSession,
         view: ClusterView,
         announce: bool = True,
+        trace: FetchTrace | None = None,
     ) -> None:
         self.node, self.replica, self.session, self.view = node, replica, session, view
         self.announce = announce  # tell the swarm of each verified chunk (we serve it)
+        self.trace = trace  # (TENSORHUB_TRACE: the fetch's timeline, else None)
+        self._upstream: str | None = None  # (the relay upstream last traced)
         self.suspects: set[str] = set()  # sources gossip suspects now
         self.running: dict[asyncio.Task[None], Request] = {}
         self._tasks: dict[Request, asyncio.Task[None]] = {}
@@ -517,9 +531,16 @@ class _Driver:
                 if not a.held:
                     self.replica.settle(a.chunk)  # who waited for it hears it is not coming
         planner = self.session.planner
-        if planner.lagging and not self.replica.lagging:
-            self._lag()
+        if self.trace is not None and planner.relay_upstream != self._upstream:
+            self._upstream = planner.relay_upstream
             held = planner.num_chunks - len(planner.missing())
+            self.trace.event("upstream", to=self._upstream, held=held)
+        if planner.lagging and not self.replica.lagging:
+            refused = self._lag()
+            held = planner.num_chunks - len(planner.missing())
+            if self.trace is not None:
+                up = planner.relay_upstream
+                self.trace.event("lagging", held=held, up=up, refused=refused)
             name, version = display_name(self.replica.key), self.replica.version
             if held == 0:  # (a lag is judged only from lag_chunks in: ChunkPlanner._note_lag)
                 # Not a fault: a fetch that began after the chain went past it (a late
@@ -580,15 +601,21 @@ class _Driver:
                 self.replica.version,
                 peer,
             )
-            self._lag()
+            refused = self._lag()
+            if self.trace is not None:
+                held = self.session.planner.num_chunks - len(self.session.planner.missing())
+                self.trace.event("lagging", held=held, up=peer, refused=refused, told=True)
 
-    def _lag(self) -> None:
+    def _lag(self) -> int:
         """We relay from the chain's tail now: park no one (``Replica.lag``), and answer
-        "busy" to what is queued for a link that does not lag (``Node.refuse_queued``)."""
+        "busy" to what is queued for a link that does not lag (``Node.refuse_queued``).
+        How many replies were refused."""
         self.replica.lag()
-        self.node.refuse_queued(self.replica)
+        return self.node.refuse_queued(self.replica)
 
     def _start(self, r: Request) -> None:
+        if self.trace is not None:
+            self.trace.event("ask", chunk=r.chunk, src=r.source, dup=r.duplicate)
         into = None
         if r.duplicate:  # an endgame copy: into scratch, copied over only if it wins
             n = self.replica.manifest.layout.chunk_len(r.chunk)
@@ -646,10 +673,15 @@ class _Driver:
         if err is not None:
             self._forget(r)
             outcome, holders = self._outcome(err)
+            if self.trace is not None:
+                self.trace.event("failed", chunk=r.chunk, src=r.source, why=outcome.name)
             self.perform(self.session.failed(r, outcome, holders))
             return None
         self.received[r.source] += self.replica.manifest.layout.chunk_len(r.chunk)
-        self.chunk_seconds.observe(time.monotonic() - self.session.issued_at[r])
+        took = time.monotonic() - self.session.issued_at[r]
+        self.chunk_seconds.observe(took)
+        if self.trace is not None:
+            self.trace.event("got", chunk=r.chunk, src=r.source, s=round(took, 6))
         actions = self.session.verified(r)
         self.perform(a for a in actions if isinstance(a, Abandon))
         if r.duplicate:  # the scratch copy won: the losers are diverted, now copy it over

@@ -1626,6 +1626,11 @@ class ChunkPlanner:
         return self.me in self._lagged_before
 
     @property
+    def relay_upstream(self) -> str | None:
+        """The relay link we last asked for chunks (None: none yet, or we swarm)."""
+        return self._relay_up
+
+    @property
     def lagging(self) -> bool:
         """Do we relay from the tail, having fallen behind (see :meth:`_note_lag`)?"""
         return self.me in self._lagging

@@ -1,0 +1,168 @@
+"""Read the fetch timelines ``TENSORHUB_TRACE`` wrote (``bench/linerate.py --trace DIR``):
+where each link's chunks came from and when, and where every link stood when one of them
+judged itself lagging.
+
+The questions of issue #17's slow cases, each answered from the trace instead of from a
+throwaway log patch: when did the slow link judge itself (how many chunks in), how far
+behind the link before it was the link after it then, and whom did each link take its
+chunks from. Times are seconds after the first fetch of the run began.
+
+    python bench/linerate.py --receivers 4 --case slow --rounds 1 --systems p2p,tensorhub \\
+        --cc cubic --trace out/trace
+    python bench/trace_report.py out/trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import print_table, write_json
+
+
+@dataclass
+class NodeTimeline:
+    """One node's fetch, from its events."""
+
+    node: str
+    addr: str = ""
+    begin: float | None = None
+    end: float | None = None
+    error: str | None = None
+    held0: int = 0
+    got: list[tuple[float, int, str]] = field(default_factory=list)  # (t, chunk, source)
+    upstreams: list[tuple[float, str | None, int]] = field(default_factory=list)
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    failed: Counter[str] = field(default_factory=Counter)
+
+    def held_at(self, t: float) -> int:
+        """Chunks this node held at time ``t``."""
+        return self.held0 + sum(1 for when, _, _ in self.got if when <= t)
+
+
+def load(run: Path) -> dict[str, NodeTimeline]:
+    """Every node's timeline in ``run`` (one fetch per node: the run's version)."""
+    nodes: dict[str, NodeTimeline] = {}
+    for path in sorted(run.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            n = nodes.setdefault(e["node"], NodeTimeline(e["node"]))
+            ev, t = e["ev"], float(e["t"])
+            if ev == "begin":
+                n.begin, n.held0, n.addr = t, int(e["held"]), str(e.get("addr", ""))
+            elif ev == "got":
+                n.got.append((t, int(e["chunk"]), str(e["src"])))
+            elif ev == "upstream":
+                n.upstreams.append((t, e["to"], int(e["held"])))
+            elif ev == "lagging":
+                n.verdicts.append({**e, "t": t})
+            elif ev == "failed":
+                n.failed[str(e["why"])] += 1
+            elif ev == "end":
+                n.end, n.error = t, e.get("error")
+    return nodes
+
+
+def report(run: Path) -> dict[str, Any]:
+    """Print a run's tables; what they show, as JSON."""
+    nodes = load(run)
+    if not nodes:
+        raise SystemExit(f"{run}: no *.jsonl fetch traces")
+    t0 = min(n.begin for n in nodes.values() if n.begin is not None)
+    names = {n.addr: n.node for n in nodes.values() if n.addr}
+
+    def who(addr: str | None) -> str:  # (a source that traced nothing: its host)
+        return "-" if addr is None else names.get(addr, addr.rpartition(":")[0] or addr)
+
+    order = sorted(nodes.values(), key=lambda n: (n.begin or 0.0, n.node))
+    rows, out_nodes = [], {}
+    for n in order:
+        sources = Counter(who(src) for _, _, src in n.got)
+        moves = [f"{t - t0:.3f}s→{who(to)}@{held}" for t, to, held in n.upstreams]
+        verdicts = [f"{v['t'] - t0:.3f}s@{v['held']} (refused {v['refused']})" for v in n.verdicts]
+        rows.append(
+            [
+                n.node,
+                f"{(n.begin or t0) - t0:.3f}",
+                "-" if n.end is None else f"{n.end - t0:.3f}",
+                " ".join(f"{s}:{c}" for s, c in sources.most_common()),
+                " ".join(moves) or "-",
+                " ".join(verdicts) or "-",
+                " ".join(f"{k}:{c}" for k, c in n.failed.most_common()) or "-",
+            ]
+        )
+        out_nodes[n.node] = {
+            "begin_s": None if n.begin is None else n.begin - t0,
+            "end_s": None if n.end is None else n.end - t0,
+            "error": n.error,
+            "chunks_from": dict(sources),
+            "upstreams": [
+                {"t_s": t - t0, "to": who(to), "held": held} for t, to, held in n.upstreams
+            ],
+            "verdicts": [
+                {"t_s": v["t"] - t0, "held": v["held"], "up": who(v.get("up")), **_told(v)}
+                for v in n.verdicts
+            ],
+            "failed": dict(n.failed),
+        }
+    print_table(
+        f"{run.name}: each link's fetch (seconds after the first began)",
+        ["node", "began", "ended", "chunks from", "upstream → (t, held)", "lag verdicts", "failed"],
+        rows,
+        width=160,
+    )
+    at_verdicts: list[dict[str, Any]] = []
+    for n in order:
+        for v in n.verdicts:
+            t = float(v["t"])
+            held = {m.node: m.held_at(t) for m in order}
+            at_verdicts.append({"by": n.node, "t_s": t - t0, "held": held})
+    if at_verdicts:
+        print_table(
+            f"{run.name}: chunks each link held when one judged itself lagging",
+            ["verdict", "at (s)", *(m.node for m in order)],
+            [[v["by"], v["t_s"], *v["held"].values()] for v in at_verdicts],
+            width=160,
+        )
+    return {"run": run.name, "nodes": out_nodes, "at_verdicts": at_verdicts}
+
+
+def _told(v: dict[str, Any]) -> dict[str, Any]:
+    return {"refused": v.get("refused"), "told": bool(v.get("told", False))}
+
+
+def runs_in(where: Path) -> list[Path]:
+    """``where`` itself if it holds traces, else each subdirectory that does."""
+    if any(where.glob("*.jsonl")):
+        return [where]
+    return sorted(d for d in where.iterdir() if d.is_dir() and any(d.glob("*.jsonl")))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("trace", help="the directory TENSORHUB_TRACE (or linerate --trace) named")
+    ap.add_argument("--json", help="write what the tables show here")
+    args = ap.parse_args()
+    where = Path(args.trace)
+    if not where.is_dir():
+        raise SystemExit(f"{where}: not a directory")
+    found = runs_in(where)
+    if not found:
+        raise SystemExit(f"{where}: no *.jsonl fetch traces in it or its subdirectories")
+    write_json(args.json, {"bench": "trace_report", "runs": [report(r) for r in found]})
+
+
+if __name__ == "__main__":
+    main()

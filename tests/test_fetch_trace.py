@@ -1,0 +1,102 @@
+"""A fetch's timeline (``TENSORHUB_TRACE``, tensorhub/dataplane/trace.py) and its reader
+(bench/trace_report.py): off unless asked for, one line per event for every fetcher of
+a real relay chain over TCP, readable back into who sent what; a trace that cannot be
+written stops, and the fetch does not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorhub.core.naming import shard_key
+from tensorhub.dataplane.trace import TRACE_ENV, FetchTrace
+from tensorhub.io.tensors import empty_like_manifest
+
+from .models import same_bytes
+from .test_hub import cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_trace_unless_the_environment_names_a_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    assert FetchTrace.open("r1", shard_key("m", 0), 1) is None
+    monkeypatch.setenv(TRACE_ENV, "")
+    assert FetchTrace.open("r1", shard_key("m", 0), 1) is None
+
+
+def test_a_trace_on_a_full_disk_stops_once_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """/dev/full: every write fails with ENOSPC. The events are dropped, one warning is
+    logged, and nothing is raised to the fetch."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    out = open("/dev/full", "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by it)
+    trace = FetchTrace(out, "r1", shard_key("m", 0), 1)
+    with caplog.at_level(logging.WARNING, logger="tensorhub.dataplane.trace"):
+        trace.event("got", chunk=0, src="a:1", s=0.1)
+        trace.event("got", chunk=1, src="a:1", s=0.1)
+    assert out.closed
+    assert [r.getMessage() for r in caplog.records if "trace stopped" in r.getMessage()] != []
+    assert len([r for r in caplog.records if "trace stopped" in r.getMessage()]) == 1
+
+
+async def test_every_fetcher_of_a_relay_chain_traces_its_chunks_and_the_report_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = tmp_path / "trace"
+    monkeypatch.setenv(TRACE_ENV, str(where))
+    async with cluster(tmp_path, rollouts=3, dcs=1, dataplane="relay", rack="rack0") as (
+        voters,
+        rolls,
+    ):
+        g = torch.Generator().manual_seed(3)
+        w = {"w": torch.randn(2 << 20, generator=g), "b": torch.randn(100, generator=g)}
+        pub = await voters[0].publish("policy", 1, w, chunk_size=1 << 20)
+        intos = [empty_like_manifest(pub.manifest) for _ in rolls]
+        await asyncio.gather(
+            *(r.fetch("policy", 1, into) for r, into in zip(rolls, intos, strict=True))
+        )
+        for into in intos:
+            assert all(same_bytes(w[k], into[k]) for k in w)
+        chunks = pub.manifest.num_chunks
+        names = {r.node.name for r in rolls}
+
+    files = sorted(where.glob("*.jsonl"))
+    events = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    assert {e["node"] for e in events} == names  # (the publisher fetched nothing)
+    for name in names:
+        mine = [e for e in events if e["node"] == name]
+        kinds = [e["ev"] for e in mine]
+        assert kinds[0] == "begin" and kinds[-1] == "end" and mine[-1]["error"] is None
+        got = {e["chunk"] for e in mine if e["ev"] == "got"}
+        assert got == set(range(chunks))  # every chunk, each from a named source
+        assert all(e["version"] == 1 and e["t"] > 0 for e in mine)
+
+    out = tmp_path / "report.json"
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "bench/trace_report.py", str(where), "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert set(run["nodes"]) == names
+    for name, n in run["nodes"].items():
+        assert sum(n["chunks_from"].values()) == chunks, (name, n)
+        assert n["error"] is None and n["end_s"] >= n["begin_s"] >= 0
+    # The chain's sources are named by node where they traced too: a later link names an
+    # earlier one (relaying), not only addresses.
+    assert any(src in names for n in run["nodes"].values() for src in n["chunks_from"])
