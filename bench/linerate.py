@@ -531,12 +531,18 @@ def _round(
         ran = {}
         for name in names[turn:] + names[:turn]:
             chunk = parse_size(args.chunk)
+            where = None
             if args.trace:  # (each Hub process inherits it; a directory per run)
                 safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
                 where = Path(args.trace) / f"round{round_no + 1}-{safe}"
                 os.environ[TRACE_ENV] = str(where)
             ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case, args.steps)
-            r.update(_predicted(args, n, size, chunk, name, slow, case, r["starts"], args.steps))
+            sim_trace = None if where is None else where.with_name(where.name + "-simulated")
+            r.update(
+                _predicted(
+                    args, n, size, chunk, name, slow, case, r["starts"], args.steps, sim_trace
+                )
+            )
         for name in names:  # (the table's order: as given)
             results[_label(name)] = ran[name]
     for r in results.values():
@@ -563,6 +569,7 @@ def _predicted(
     case: Case | None,
     starts: dict[str, float],
     steps: int = 1,
+    trace: Path | None = None,
 ) -> dict[str, list[float]]:
     """The simulator's prediction of one tensorhub round (seeds 1-3): the last healthy
     receiver over one copy, counted as measured (from the first start to the last end),
@@ -571,7 +578,8 @@ def _predicted(
     millisecond late had tangled the chain: docs/results.md, "A fetcher is a source once
     it began"). The killed victim, gone before its start could be read, is taken to
     begin with the last one. ``steps``: the run's ``--steps`` (its last step predicted,
-    each step before it telling the next its laggards)."""
+    each step before it telling the next its laggards). ``trace``: where seed 1's run writes
+    its timeline (``--trace``: beside the measured one, for bench/trace_report.py)."""
     copy = size / (args.rate * 1e6 / 8)  # predict_each's copy: the NIC's, not the p2p run's
     began = {int(k[1:]): t / copy for k, t in starts.items()}
     if case is not None and case.victim and case.victim not in began:
@@ -582,7 +590,8 @@ def _predicted(
         killed = {case.victim: max(began.values()) + case.kill_after / copy}
     each = [
         predict_each(n, size, args.rate, chunk, preset(name), seed, slow,
-                     late=began, killed=killed, stops=kind == "stops", steps=steps)
+                     late=began, killed=killed, stops=kind == "stops", steps=steps,
+                     trace=trace if seed == 1 else None)
         for seed in (1, 2, 3)
     ]  # fmt: skip
     healthy = [i for i in range(1, n + 1) if case is None or kind == "stops" or i != case.victim]
@@ -679,8 +688,9 @@ def main() -> None:
     ap.add_argument(
         "--trace",
         help="write every tensorhub fetch's timeline here (TENSORHUB_TRACE: who sent each "
-        "chunk when, changes of upstream, lag verdicts), a directory per round and preset; "
-        "read it with bench/trace_report.py",
+        "chunk when, changes of upstream, lag verdicts), a directory per round and preset, "
+        "and beside each the simulator's for the same round (-simulated, seed 1); read "
+        "them with bench/trace_report.py",
     )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()

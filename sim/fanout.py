@@ -13,8 +13,11 @@ of the protocol: the bench prints both side by side.
 from __future__ import annotations
 
 import functools
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TextIO
 
 from tensorhub.core.swarm.presets import DataPlaneConfig
 
@@ -38,6 +41,7 @@ def predict_each(
     killed: Mapping[int, float] | None = None,
     stops: bool = False,
     steps: int = 1,
+    trace: str | Path | None = None,
 ) -> list[float]:
     """Each receiver's time over one copy's (size / rate), simulated, receivers 1..N in
     order, from its own start; ``rates``: receiver -> its NIC's rate (Mbit/s) where not
@@ -47,7 +51,10 @@ def predict_each(
     withdraws its copy once one receiver holds the whole version (the bench's "stops").
     ``steps``: the last of that many fetches of successive versions, each beginning with
     the laggards of the one before at the chain's tail (the node's lag memory); the victim
-    is killed in the last alone (the bench's ``--steps``)."""
+    is killed in the last alone (the bench's ``--steps``). ``trace``: a directory to write
+    the last fetch's timeline into (``simulated.jsonl``), in the events a node writes
+    under ``TENSORHUB_TRACE`` (seconds of simulated time; the publisher and receivers
+    named as bench/linerate.py names them), for ``bench/trace_report.py``."""
     if steps < 1:
         raise ValueError(f"steps wants a count >= 1, not {steps}")
     lagged: frozenset[int] = frozenset()
@@ -56,7 +63,7 @@ def predict_each(
         last = step == steps
         times, lagged = _fetch(
             receivers, size, rate_mbit, chunk, dataplane, seed, rates, late,
-            killed if last else None, stops, lagged,
+            killed if last else None, stops, lagged, trace if last else None,
         )  # fmt: skip
     return times
 
@@ -73,6 +80,7 @@ def _fetch(
     killed: Mapping[int, float] | None,
     stops: bool,
     lagged_before: frozenset[int],
+    trace: str | Path | None = None,
 ) -> tuple[list[float], frozenset[int]]:
     """One fetch of :func:`predict_each`: each receiver's time, and the receivers whose
     relay fell behind."""
@@ -104,6 +112,11 @@ def _fetch(
         lagged_before={hosts[i] for i in lagged_before},
     )  # fmt: skip
     one = size / (rate_mbit * 1e6 / 8)
+    out = None
+    if trace is not None:
+        Path(trace).mkdir(parents=True, exist_ok=True)
+        out = (Path(trace) / "simulated.jsonl").open("w", encoding="utf-8")
+        s.timeline = _timeline_writer(out, e, hosts)
     starts = {f: (late or {}).get(i, 0.0) * one for i, f in enumerate(hosts[1:], 1)}
     s.start(at=starts)
     for i, at in (killed or {}).items():
@@ -115,7 +128,29 @@ def _fetch(
                 s.withdraw(hosts[0])
 
         s.on_done = first_copy
-    e.run()
+    try:
+        e.run()
+    finally:
+        if out is not None:
+            out.close()
     times = [((s.nodes[f].finished or math.inf) - starts[f]) / one for f in hosts[1:]]
     laggards = s.laggards
     return times, frozenset(i for i, f in enumerate(hosts[1:], 1) if f in laggards)
+
+
+def _timeline_writer(
+    out: TextIO, e: Engine, hosts: list[str]
+) -> Callable[[str, str, dict[str, object]], None]:
+    """``Swarm.timeline`` writing JSON lines as ``tensorhub/dataplane/trace.py`` does,
+    each host named as the bench names its node (publisher, r1, r2, ...)."""
+    names = {h: ("publisher" if i == 0 else f"r{i}") for i, h in enumerate(hosts)}
+
+    def name(v: object) -> object:
+        return names.get(v, v) if isinstance(v, str) else v
+
+    def write(f: str, ev: str, fields: dict[str, object]) -> None:
+        named = {k: name(v) if k in ("src", "to", "up", "addr") else v for k, v in fields.items()}
+        line = {"t": round(e.now, 6), "node": names[f], "model": "simulated", "version": 1}
+        out.write(json.dumps({**line, "ev": ev, **named}) + "\n")
+
+    return write

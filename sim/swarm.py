@@ -157,6 +157,7 @@ class _Node:
     """Requests parked until a chunk begins to land here (cut-through without early
     hints), or until it settles."""
     lagging: bool = False  # a relay link that fell behind: it parks no request
+    traced_up: str | None = None  # the relay upstream last told to Swarm.timeline
     laggards: set[str] = field(default_factory=set)  # an origin's, told by Behind.who
     withdrawn: bool = False  # let go of the version (unpublished, or its memory reused)
     on_drained: Callable[[], None] | None = None  # once no upload reads it (withdrawn)
@@ -265,6 +266,10 @@ class Swarm:
         self._unlisted: frozenset[str] = frozenset()
         self.on_done: Callable[[str], None] | None = None  # called as each fetcher finishes
         self.on_replicated: Callable[[], None] | None = None  # see when_replicated
+        self.timeline: Callable[[str, str, dict[str, object]], None] | None = None
+        """Called with (fetcher, event, fields) for each event of a fetch's timeline, in
+        the node's ``TENSORHUB_TRACE`` events and fields (``dataplane/trace.py``; no
+        ``s`` on "got"), at ``engine.now``: sim/fanout.py writes them as the node does."""
         self._elsewhere = bytearray(cfg.chunks)  # chunks some non-origin holder has whole
         self._elsewhere_left = cfg.chunks
         self._held_by: list[list[str]] = [[] for _ in range(cfg.chunks)]  # whole, ever
@@ -347,8 +352,14 @@ class Swarm:
         """Begin ``f``'s fetch now (a driver that decides each start as it goes)."""
         self._begin(f)
 
+    def _tl(self, f: str, ev: str, **fields: object) -> None:
+        if self.timeline is not None:
+            self.timeline(f, ev, fields)
+
     def _begin(self, f: str) -> None:
         self.nodes[f].started = self.e.now
+        if self.timeline is not None:
+            self._tl(f, "begin", chunks=self.cfg.chunks, held=0, addr=f)
         self._count(f, +1)
         self._pump(f)
         self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f))
@@ -529,9 +540,15 @@ class Swarm:
             node.seen_tick = p.now
             session.seen_all_but(self._unlisted)  # the holder view (a crash is seen at once)
         self._perform(f, session.requests(self.e.now))
+        if self.timeline is not None and p.relay_upstream != node.traced_up:
+            node.traced_up = p.relay_upstream
+            self._tl(f, "upstream", to=node.traced_up, held=p.num_chunks - len(p.missing()))
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)
-            self._refuse_queued(f)
+            refused = self._refuse_queued(f)
+            if self.timeline is not None:
+                held = p.num_chunks - len(p.missing())
+                self._tl(f, "lagging", held=held, up=p.relay_upstream, refused=refused)
             self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:
             self._wake_later(f)
@@ -622,19 +639,22 @@ class Swarm:
         else:
             src.queued[ticket] = _Queued(f, r, back, n)
 
-    def _refuse_queued(self, s: str) -> None:
+    def _refuse_queued(self, s: str) -> int:
         """As the node's ``PeerHandler.refuse_queued``: ``s`` fell behind, and the uploads
-        queued here for askers that do not lag are answered "busy" now."""
+        queued here for askers that do not lag are answered "busy" now. How many."""
         src = self.nodes[s]
+        refused = 0
         for ticket, q in list(src.queued.items()):
             if self.nodes[q.asker].lagging:
                 continue
+            refused += 1
             del src.queued[ticket]
             src.slots.cancel(q.asker, ticket)
             if src.seeder is not None:
                 src.seeder.unsent(q.request.chunk, q.asker)
             busy = functools.partial(self._failed, q.asker, q.request, Outcome.BUSY, n=q.sending)
             self.e.later(q.back, busy)
+        return refused
 
     def _upload(self, s: str, f: str, r: Request, back: float, n: int) -> None:
         """``s`` has an upload slot for ``f``'s request ``r``: start its bytes (with the
@@ -748,6 +768,8 @@ class Swarm:
         for a in actions:
             if isinstance(a, Send):
                 r = a.request
+                if self.timeline is not None:
+                    self._tl(f, "ask", chunk=r.chunk, src=r.source, dup=r.duplicate)
                 node.inflight[r] = None
                 self._issues += 1
                 node.issue[r] = self._issues
@@ -817,6 +839,8 @@ class Swarm:
         self._perform(f, session.verified(r))
         if first:
             self.e.trace("chunk", f, r.chunk, s)
+            if self.timeline is not None:
+                self._tl(f, "got", chunk=r.chunk, src=s)
             self._held_by[r.chunk].append(f)
             if not self._elsewhere[r.chunk]:
                 self._elsewhere[r.chunk] = 1
@@ -829,6 +853,8 @@ class Swarm:
             node.finished = self.e.now
             self._count(f, -1)
             self.e.trace("done", f)
+            if self.timeline is not None:
+                self._tl(f, "end", held=session.planner.num_chunks, error=None)
             if self.on_done is not None:
                 self.on_done(f)
             return
@@ -874,6 +900,8 @@ class Swarm:
         session = self._settle(f, r, n)
         if session is None:
             return
+        if self.timeline is not None:
+            self._tl(f, "failed", chunk=r.chunk, src=r.source, why=outcome.name)
         found = [(h, self.c.tier(f, h)) for h in holders if h != f and h in self.nodes]
         self._perform(f, session.failed(r, outcome, found))
         self._pump(f)

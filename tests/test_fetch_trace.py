@@ -100,3 +100,26 @@ async def test_every_fetcher_of_a_relay_chain_traces_its_chunks_and_the_report_r
     # The chain's sources are named by node where they traced too: a later link names an
     # earlier one (relaying), not only addresses.
     assert any(src in names for n in run["nodes"].values() for src in n["chunks_from"])
+
+
+def test_the_simulator_writes_the_same_timeline_and_the_same_verdict_each_run(
+    tmp_path: Path,
+) -> None:
+    """sim/fanout.py's mirror of bench/linerate.py --case slow (N=4, r3 at half rate):
+    the events a node writes, read by the same reader; r3 judges itself lagging, every
+    receiver gets every chunk, and the run is the same twice (time is simulated)."""
+    from bench.trace_report import load
+    from sim.fanout import predict_each
+    from tensorhub.core.swarm.presets import preset
+
+    size, chunk = 64 << 20, 1 << 20
+    for run in ("a", "b"):
+        predict_each(4, size, 1000, chunk, preset("node"), 1, {3: 500}, trace=tmp_path / run)
+    a, b = ((tmp_path / r / "simulated.jsonl").read_text() for r in ("a", "b"))
+    assert a == b
+    nodes = load(tmp_path / "a")
+    assert set(nodes) == {"r1", "r2", "r3", "r4"}
+    assert all({c for _, c, _ in n.got} == set(range(size // chunk)) for n in nodes.values())
+    assert [n.node for n in nodes.values() if n.verdicts] == ["r3"]
+    assert {src for _, _, src in nodes["r1"].got} <= {"publisher"}
+    assert nodes["r4"].upstreams[0][1] == "r3" and nodes["r4"].upstreams[-1][1] == "r2"

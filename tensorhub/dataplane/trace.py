@@ -21,6 +21,10 @@ One JSON object a line, one file per node and process (``<node>-<pid>.jsonl``), 
   how many queued replies our serving side then answered "busy";
 - ``end``: the fetch ended (``held``, ``error`` if it failed).
 
+The simulator writes the same events for the same case (``sim/swarm.py``
+``Swarm.timeline``, ``sim/fanout.py`` ``predict_each(trace=)``; ``--trace`` puts its
+timeline beside each measured one), so one reader shows both.
+
 Writing is best effort: a trace that cannot be written (a full disk, a directory gone)
 says so once in the log and stops; the fetch goes on.
 """
