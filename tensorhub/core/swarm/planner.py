@@ -111,21 +111,30 @@ new upstream shares that upstream's uplink with what its old downstream still ha
 flight there, and falls behind by as much. A link knows its upstream's chunks at once
 (it tells it of each), so the judgement is its own. Also how far behind us a link is no
 upstream of ours (see ``_upstream``)."""
-LAG_FALL = 5
+LAG_FALL = 4
 """Chunks by which a relay link must fall further behind its upstream within the upstream's
 last ``LAG_WINDOW`` chunks before a look at whether it keeps falling behind begins (at
-most ``PlannerConfig.lag_chunks``). More than the node's ``per_source`` (4): a link that
-just moved to a new upstream shares its uplink with what its old downstream still has in
-flight there, and falls behind by as much (with 4, N=4's slow case measured 1.23x, and
-one healthy N=8, 1 GiB round on a loaded host judged five links lagging, cause not
-traced; with 5 the slow case simulates 1.25x from that round's starts, 1.30x under the
-rule before). Until session 25 the fall was ``LAG_CHUNKS`` from the least lag since the
-link began relaying, for the whole fetch:
-a link on a half-rate NIC was judged only 21 of its upstream's chunks in (the links after
-it ran at half rate that long: 1.24x one copy simulated, 1.30x measured at N=4, 256 MiB),
-and a healthy link on a busy host, whose upstream's uplink idles a few milliseconds now
-and then, added those up over a long fetch (a 1 GiB round judged r2 lagging at 80 % of
-the model). A half-rate link falls 8 chunks in 16; a healthy one seldom 4 in 16."""
+most ``PlannerConfig.lag_chunks``). A link at half rate falls 8 chunks in 16 and a
+healthy one seldom 4, so each chunk less is half a chunk's time sooner for the links after
+a slow one, which run at its pace until its verdict (bench/linerate.py --case slow, N=4,
+256 MiB, traced in session 38: the link after it ends as many chunk times after the one
+before it as it held fewer chunks at the verdict). 4 since session 38: a job's first step
+1.161x one copy (median of 9 rounds, 1 over 1.2x) against 1.218x with 5 (6 over),
+alternated in one batch; healthy N=8 1.094-1.106x against 1.106-1.128x, and 1 GiB
+1.030-1.041x against 1.034-1.040x; simulated 1.117x against 1.146x. The price is on a
+starved host: with a busy loop beside N=8's nine processes on two cores, a healthy link
+judged itself lagging in 5 rounds of 8 against 1 (1.149x against 1.123x; the link then
+relays from the tail, at line rate: no round came apart). Session 25 set 5 after a
+healthy N=8 round on a loaded host judged five links lagging with 4; those rounds were
+the bench's fault, fixed in session 26 (fetches begun on partial gossip views). A link
+that moves to a new upstream shares that upstream's uplink with what its old downstream
+still has in flight there (up to ``per_source``, 4) and may fall that far once; the look
+that follows (``LAG_WATCH``) sees the gap stop growing. Until session 25 the fall was
+``LAG_CHUNKS`` from the least lag since the link began relaying, for the whole fetch: a
+link on a half-rate NIC was judged only 21 of its upstream's chunks in, and a healthy
+link on a busy host, whose upstream's uplink idles a few milliseconds now and then,
+added those up over a long fetch (a 1 GiB round judged r2 lagging at 80 % of the
+model)."""
 LAG_WINDOW = 16
 """Upstream chunks over which that fall is measured (``ChunkPlanner._least_lag``)."""
 LAG_WATCH = 3
@@ -143,12 +152,12 @@ half rate fell less than a chunk further behind in one look, was never judged la
 and the chain after it ran at its pace (simulated, bench/linerate.py --case slow at 250
 Mbit/s: 2.03x one copy). 5 chunks take less than the 20 ticks at 1 Gbit/s and more: the
 look there is as it was."""
-SIDE_GAP = LAG_FALL
+SIDE_GAP = 5
 """Chunks by which our upstream's highest must trail that of the link it relays from
-before we take lone chunks from that link too (``ChunkPlanner._side_feed``). As the fall
-that begins a link's own look at whether it lags: a healthy link trails its upstream by
-a piece, and a busy host's stall of a few chunk times is not worth splitting that
-link's uplink for."""
+before we take lone chunks from that link too (``ChunkPlanner._side_feed``). The fall
+that began a link's own look at whether it lags when side chunks were measured (session
+37; ``LAG_FALL`` then): a healthy link trails its upstream by a piece, and a busy host's
+stall of a few chunk times is not worth splitting that link's uplink for."""
 SIDE_BEHIND = 2
 """Chunks of our upstream's run from the first that we may lack and still take side
 chunks (``ChunkPlanner._side_feed``): its news of a chunk comes before the chunk's last
