@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import queue
 import socket
 import sys
 import tempfile
@@ -162,7 +163,7 @@ def _pair(size: int, runs: int, fabric: Fabric | None) -> dict[str, Any]:
                     daemon=True,
                 )  # fmt: skip
                 fetcher.start()
-                res = out.get(timeout=300 + 120 * runs)
+                res = _result(out, fetcher, 300 + 120 * runs)
         finally:
             cmds.put(("stop", 0))
             for p in (fetcher, pub):
@@ -172,6 +173,20 @@ def _pair(size: int, runs: int, fabric: Fabric | None) -> dict[str, Any]:
                         p.kill()
     res["published_digests"] = digests
     return res
+
+
+def _result(out: Any, proc: Any, timeout: float) -> dict[str, Any]:
+    """What ``proc`` puts on ``out``; a clear error at once if it exits without it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got: dict[str, Any] = out.get(timeout=1.0)
+            return got
+        except queue.Empty:
+            if not proc.is_alive():
+                raise SystemExit(f"the fetcher exited ({proc.exitcode}) with no result") from None
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the fetcher gave no result in {timeout:.0f} s") from None
 
 
 async def _fetcher(
