@@ -52,10 +52,16 @@ def load(run: Path) -> dict[str, NodeTimeline]:
     """Every node's timeline in ``run`` (one fetch per node: the run's version)."""
     nodes: dict[str, NodeTimeline] = {}
     for path in sorted(run.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
             if not line.strip():
                 continue
-            e = json.loads(line)
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError as err:
+                if i == len(lines) - 1:  # (a process killed mid-write: its last line is cut)
+                    break
+                raise SystemExit(f"{path}:{i + 1}: not a trace line ({err})") from None
             n = nodes.setdefault(e["node"], NodeTimeline(e["node"]))
             ev, t = e["ev"], float(e["t"])
             if ev == "begin":
@@ -78,7 +84,8 @@ def report(run: Path) -> dict[str, Any]:
     nodes = load(run)
     if not nodes:
         raise SystemExit(f"{run}: no *.jsonl fetch traces")
-    t0 = min(n.begin for n in nodes.values() if n.begin is not None)
+    begins = [n.begin for n in nodes.values() if n.begin is not None]
+    t0 = min(begins, default=min((t for n in nodes.values() for t, _, _ in n.got), default=0.0))
     names = {n.addr: n.node for n in nodes.values() if n.addr}
 
     def who(addr: str | None) -> str:  # (a source that traced nothing: its host)

@@ -123,3 +123,23 @@ def test_the_simulator_writes_the_same_timeline_and_the_same_verdict_each_run(
     assert [n.node for n in nodes.values() if n.verdicts] == ["r3"]
     assert {src for _, _, src in nodes["r1"].got} <= {"publisher"}
     assert nodes["r4"].upstreams[0][1] == "r3" and nodes["r4"].upstreams[-1][1] == "r2"
+
+
+def test_the_report_reads_a_trace_cut_short_by_a_killed_process(tmp_path: Path) -> None:
+    """A node killed mid-fetch (bench/linerate.py --case killed) leaves its last line cut:
+    the reader keeps what came before it; a bad line elsewhere is an error."""
+    from bench.trace_report import load
+
+    good = [
+        {"t": 1.0, "node": "r3", "model": "m", "version": 1, "ev": "begin", "chunks": 4,
+         "held": 0, "addr": "a:3"},
+        {"t": 1.5, "node": "r3", "model": "m", "version": 1, "ev": "got", "chunk": 0,
+         "src": "a:2", "s": 0.1},
+    ]  # fmt: skip
+    text = "".join(json.dumps(e) + "\n" for e in good)
+    (tmp_path / "r3-1.jsonl").write_text(text + '{"t": 2.0, "node": "r3", "ev": "go')
+    nodes = load(tmp_path)
+    assert nodes["r3"].got == [(1.5, 0, "a:2")] and nodes["r3"].end is None
+    (tmp_path / "r3-1.jsonl").write_text("not json\n" + text)
+    with pytest.raises(SystemExit, match="not a trace line"):
+        load(tmp_path)
