@@ -18,7 +18,8 @@ One JSON object a line, one file per node and process (``<node>-<pid>.jsonl``), 
 - ``failed``: a request ended without the chunk (``chunk``, ``src``, ``why``);
 - ``upstream``: the relay link we take chunks from changed (``to``, ``held``);
 - ``lagging``: we judged ourselves behind the chain (``held``, ``up``), and ``refused``:
-  how many queued replies our serving side then answered "busy";
+  how many queued replies our serving side then answered "busy"; ``told`` when the link
+  after us found us a slow chain head instead (its ``Behind``);
 - ``end``: the fetch ended (``held``, ``error`` if it failed).
 
 The simulator writes the same events for the same case (``sim/swarm.py``
