@@ -542,12 +542,12 @@ class Swarm:
         self._perform(f, session.requests(self.e.now))
         if self.timeline is not None and p.relay_upstream != node.traced_up:
             node.traced_up = p.relay_upstream
-            self._tl(f, "upstream", to=node.traced_up, held=p.num_chunks - len(p.missing()))
+            self._tl(f, "upstream", to=node.traced_up, held=p.held)
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)
             refused = self._refuse_queued(f)
             if self.timeline is not None:
-                held = p.num_chunks - len(p.missing())
+                held = p.held
                 self._tl(f, "lagging", held=held, up=p.relay_upstream, refused=refused)
             self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:

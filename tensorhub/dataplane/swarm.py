@@ -232,7 +232,7 @@ async def swarm_fill(
         if serve:
             node.store.remove(key, version)  # never leave a broken replica advertised
         if trace is not None:
-            trace.event("end", held=planner.num_chunks - len(planner.missing()), error=repr(e))
+            trace.event("end", held=planner.held, error=repr(e))
         raise
     else:
         if trace is not None:
@@ -533,11 +533,11 @@ class _Driver:
         planner = self.session.planner
         if self.trace is not None and planner.relay_upstream != self._upstream:
             self._upstream = planner.relay_upstream
-            held = planner.num_chunks - len(planner.missing())
+            held = planner.held
             self.trace.event("upstream", to=self._upstream, held=held)
         if planner.lagging and not self.replica.lagging:
             refused = self._lag()
-            held = planner.num_chunks - len(planner.missing())
+            held = planner.held
             if self.trace is not None:
                 up = planner.relay_upstream
                 self.trace.event("lagging", held=held, up=up, refused=refused)
@@ -603,7 +603,7 @@ class _Driver:
             )
             refused = self._lag()
             if self.trace is not None:
-                held = self.session.planner.num_chunks - len(self.session.planner.missing())
+                held = self.session.planner.held
                 self.trace.event("lagging", held=held, up=peer, refused=refused, told=True)
 
     def _lag(self) -> int:

@@ -975,6 +975,11 @@ class ChunkPlanner:
         return self._missing == 0
 
     @property
+    def held(self) -> int:
+        """Chunks we hold (verified), without walking them as :meth:`missing` does."""
+        return self.num_chunks - self._missing
+
+    @property
     def inflight(self) -> int:
         return sum(len(st.requested) for st in self._chunks.values())
 
