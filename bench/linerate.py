@@ -53,7 +53,7 @@ if __package__ in (None, ""):
 from bench.common import machine, parse_size, print_table, write_json
 from sim.fanout import predict_each
 from tensorhub.core.swarm.presets import preset
-from tensorhub.dataplane.trace import TRACE_ENV
+from tensorhub.dataplane.trace import TRACE_ENV, file_safe
 from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.netns import Fabric, enter, unavailable
@@ -533,8 +533,7 @@ def _round(
             chunk = parse_size(args.chunk)
             where = None
             if args.trace:  # (each Hub process inherits it; a directory per run)
-                safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
-                where = Path(args.trace) / f"round{round_no + 1}-{safe}"
+                where = Path(args.trace) / f"round{round_no + 1}-{file_safe(name)}"
                 os.environ[TRACE_ENV] = str(where)
             ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case, args.steps)
             sim_trace = None if where is None else where.with_name(where.name + "-simulated")

@@ -38,6 +38,7 @@ class NodeTimeline:
     end: float | None = None
     error: str | None = None
     held0: int = 0
+    chunks: int = 0  # in the version
     got: list[tuple[float, int, str]] = field(default_factory=list)  # (t, chunk, source)
     upstreams: list[tuple[float, str | None, int]] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
@@ -66,6 +67,7 @@ def load(run: Path) -> dict[str, NodeTimeline]:
             ev, t = e["ev"], float(e["t"])
             if ev == "begin":
                 n.begin, n.held0, n.addr = t, int(e["held"]), str(e.get("addr", ""))
+                n.chunks = int(e["chunks"])
             elif ev == "got":
                 n.got.append((t, int(e["chunk"]), str(e["src"])))
             elif ev == "upstream":
@@ -112,6 +114,7 @@ def report(run: Path) -> dict[str, Any]:
             "begin_s": None if n.begin is None else n.begin - t0,
             "end_s": None if n.end is None else n.end - t0,
             "error": n.error,
+            "chunks": n.chunks,
             "chunks_from": dict(sources),
             "upstreams": [
                 {"t_s": t - t0, "to": who(to), "held": held} for t, to, held in n.upstreams

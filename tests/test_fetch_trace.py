@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +97,7 @@ async def test_every_fetcher_of_a_relay_chain_traces_its_chunks_and_the_report_r
     (run,) = json.loads(out.read_text())["runs"]
     assert set(run["nodes"]) == names
     for name, n in run["nodes"].items():
-        assert sum(n["chunks_from"].values()) == chunks, (name, n)
+        assert sum(n["chunks_from"].values()) == n["chunks"] == chunks, (name, n)
         assert n["error"] is None and n["end_s"] >= n["begin_s"] >= 0
     # The chain's sources are named by node where they traced too: a later link names an
     # earlier one (relaying), not only addresses.
@@ -143,3 +145,38 @@ def test_the_report_reads_a_trace_cut_short_by_a_killed_process(tmp_path: Path) 
     (tmp_path / "r3-1.jsonl").write_text("not json\n" + text)
     with pytest.raises(SystemExit, match="not a trace line"):
         load(tmp_path)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+    reason="bench/linerate.py needs root, ip and tc (network namespaces)",
+)
+def test_linerate_traces_each_round_beside_the_simulators_and_the_report_reads_both(
+    tmp_path: Path,
+) -> None:
+    """``bench/linerate.py --trace DIR``: the Hub processes of a round write their
+    timelines into ``round1-node`` (every receiver, every chunk), and the simulator's of
+    the same round goes beside it (``round1-node-simulated``); the report reads both."""
+    where = tmp_path / "trace"
+    cmd = ["bench/linerate.py", "--receivers", "2", "--size", "16MiB", "--rate", "400"]
+    proc = subprocess.run(
+        [sys.executable, *cmd, "--systems", "p2p,tensorhub", "--trace", str(where)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert sorted(d.name for d in where.iterdir()) == ["round1-node", "round1-node-simulated"]
+    out = tmp_path / "report.json"
+    report = [sys.executable, "bench/trace_report.py", str(where), "--json", str(out)]
+    done = subprocess.run(
+        report, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {r["run"]: r for r in json.loads(out.read_text())["runs"]}
+    for run in runs.values():
+        assert set(run["nodes"]) == {"r1", "r2"}
+        for n in run["nodes"].values():
+            assert n["chunks"] >= 4 and sum(n["chunks_from"].values()) == n["chunks"], run

@@ -48,6 +48,11 @@ TRACE_ENV = "TENSORHUB_TRACE"
 log = logging.getLogger(__name__)
 
 
+def file_safe(name: str) -> str:
+    """``name`` as a file name: anything but letters, digits and ``-_.=`` becomes ``_``."""
+    return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in name)
+
+
 class FetchTrace:
     """One fetch's events, appended to its node's file (see the module's docstring)."""
 
@@ -61,8 +66,7 @@ class FetchTrace:
         where = os.environ.get(TRACE_ENV)
         if not where:
             return None
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in node)
-        path = Path(where) / f"{safe}-{os.getpid()}.jsonl"
+        path = Path(where) / f"{file_safe(node)}-{os.getpid()}.jsonl"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             out = path.open("a", encoding="utf-8", buffering=1)  # (a line at a time)
