@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -83,18 +84,7 @@ async def test_every_fetcher_of_a_relay_chain_traces_its_chunks_and_the_report_r
         assert got == set(range(chunks))  # every chunk, each from a named source
         assert all(e["version"] == 1 and e["t"] > 0 for e in mine)
 
-    out = tmp_path / "report.json"
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "bench/trace_report.py", str(where), "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (run,) = json.loads(out.read_text())["runs"]
+    (run,) = await asyncio.to_thread(_report, where, tmp_path / "report.json")
     assert set(run["nodes"]) == names
     for name, n in run["nodes"].items():
         assert sum(n["chunks_from"].values()) == n["chunks"] == chunks, (name, n)
@@ -159,24 +149,26 @@ def test_linerate_traces_each_round_beside_the_simulators_and_the_report_reads_b
     the same round goes beside it (``round1-node-simulated``); the report reads both."""
     where = tmp_path / "trace"
     cmd = ["bench/linerate.py", "--receivers", "2", "--size", "16MiB", "--rate", "400"]
-    proc = subprocess.run(
-        [sys.executable, *cmd, "--systems", "p2p,tensorhub", "--trace", str(where)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _run_ok([*cmd, "--systems", "p2p,tensorhub", "--trace", str(where)], timeout=300)
     assert sorted(d.name for d in where.iterdir()) == ["round1-node", "round1-node-simulated"]
-    out = tmp_path / "report.json"
-    report = [sys.executable, "bench/trace_report.py", str(where), "--json", str(out)]
-    done = subprocess.run(
-        report, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    runs = {r["run"]: r for r in json.loads(out.read_text())["runs"]}
+    runs = {r["run"]: r for r in _report(where, tmp_path / "report.json")}
     for run in runs.values():
         assert set(run["nodes"]) == {"r1", "r2"}
         for n in run["nodes"].values():
             assert n["chunks"] >= 4 and sum(n["chunks_from"].values()) == n["chunks"], run
+
+
+def _run_ok(args: list[str], timeout: float) -> None:
+    """Run ``python ARGS`` in the repository root; it must succeed."""
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def _report(where: Path, out: Path) -> list[dict[str, Any]]:
+    """bench/trace_report.py on ``where``: the runs its JSON describes."""
+    _run_ok(["bench/trace_report.py", str(where), "--json", str(out)], timeout=120)
+    runs: list[dict[str, Any]] = json.loads(out.read_text())["runs"]
+    return runs
