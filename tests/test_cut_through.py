@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 from tensorhub.core.errors import ChecksumMismatch, RemoteError
 from tensorhub.core.manifest import Manifest
 from tensorhub.core.swarm.presets import NODE, preset
+from tensorhub.dataplane import peer as peer_module
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PIECE, PeerHandler, byte_range
 from tensorhub.dataplane.store import Replica
@@ -85,6 +87,39 @@ async def _asked_before_it_lands(
     return mine, task
 
 
+class _CountingPool:
+    """The verifiers' thread pool, counting the chunks handed to it."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self.pool, self.jobs = pool, 0
+
+    def submit(self, fn: Callable[..., object], /, *args: object) -> Future[object]:
+        self.jobs += 1
+        return self.pool.submit(fn, *args)
+
+
+@pytest.fixture(params=["as_pieces_land", "once_in"])
+def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> _CountingPool:
+    """Chunks hashed piece by piece as they land (every link slow enough), or each on a
+    worker thread once it is in (no link slow enough): the verdict is the same."""
+    if request.param == "as_pieces_land":
+        monkeypatch.setattr(peer_module, "HASH_INLINE_RATE", 1e30)
+        monkeypatch.setattr(peer_module, "HASH_INLINE_PIECE", CHUNK)
+    else:
+        monkeypatch.setattr(peer_module, "HASH_INLINE_RATE", 0.0)
+    pool = _CountingPool(peer_module._verifiers)
+    monkeypatch.setattr(peer_module, "_verifiers", pool)
+    return pool
+
+
+def _expect_jobs(hashing: _CountingPool, request: pytest.FixtureRequest) -> None:
+    """Hashed as pieces landed: no chunk went to the worker thread; once in: every one."""
+    if request.node.callspec.params["hashing"] == "as_pieces_land":
+        assert hashing.jobs == 0
+    else:
+        assert hashing.jobs > 0
+
+
 def test_byte_range_cuts_across_parts() -> None:
     parts = [memoryview(b"abc"), memoryview(b""), memoryview(b"defg"), memoryview(b"h")]
     assert b"".join(byte_range(parts, 2, 7)) == b"cdefg"
@@ -92,7 +127,9 @@ def test_byte_range_cuts_across_parts() -> None:
     assert byte_range(parts, 3, 3) == []
 
 
-async def test_a_chunk_asked_for_while_it_lands_is_passed_on_whole_and_verified() -> None:
+async def test_a_chunk_asked_for_while_it_lands_is_passed_on_whole_and_verified(
+    hashing: _CountingPool, request: pytest.FixtureRequest
+) -> None:
     sd = weights()
     async with trio() as (holder, relay, asker):
         holder.serve("m", 1, sd, chunk_size=CHUNK)
@@ -107,9 +144,12 @@ async def test_a_chunk_asked_for_while_it_lands_is_passed_on_whole_and_verified(
         assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
         cut = sum(h.chunks_cut_through for h in relay.handlers)
         print(f"chunks passed on while they landed: {cut} (pieces of {PIECE} bytes)")
+        _expect_jobs(hashing, request)
 
 
-async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream() -> None:
+async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream(
+    hashing: _CountingPool, request: pytest.FixtureRequest
+) -> None:
     """The holder's copy of chunk 0 is corrupt: the relay, passing it on as it lands,
     finds out only once it is all there. It answers the asker's request with "lost_chunk"
     instead of the last piece, so the asker drops the pieces (no corrupt chunk, and no
@@ -137,6 +177,7 @@ async def test_bytes_of_a_landing_that_fails_never_complete_a_chunk_downstream()
         await peer.get_chunk(mine, 0)
         want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(0))
         assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
+        _expect_jobs(hashing, request)
 
 
 async def test_a_relay_link_that_falls_behind_answers_busy_for_what_it_lacks() -> None:

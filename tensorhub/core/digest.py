@@ -37,3 +37,29 @@ def digest_parts(parts: Iterable[Buffer], threads: bool = False) -> bytes:
     for part in parts:
         h.update(part)
     return bytes(h.digest(DIGEST_SIZE))
+
+
+class RunningDigest:
+    """BLAKE3-128 of bytes fed in order, a piece at a time: a chunk that arrives in pieces
+    is hashed as they land, so that once its last byte is in only that last piece is left
+    to hash (see ``dataplane.peer.HASH_INLINE_RATE``). One thread at a time."""
+
+    __slots__ = ("_h", "fed")
+
+    def __init__(self) -> None:
+        self._h = blake3.blake3(max_threads=1)
+        self.fed = 0
+        """Bytes fed so far."""
+
+    def update(self, parts: Iterable[Buffer]) -> None:
+        for part in parts:
+            self._h.update(part)
+            self.fed += memoryview(part).nbytes
+
+    def digest(self) -> bytes:
+        return bytes(self._h.digest(DIGEST_SIZE))
+
+    def finish(self, parts: Iterable[Buffer]) -> bytes:
+        """The digest, once ``parts`` (the rest) are fed: a worker thread's whole job."""
+        self.update(parts)
+        return self.digest()
