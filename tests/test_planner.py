@@ -1524,3 +1524,28 @@ def test_a_link_after_a_slow_head_takes_nothing_from_the_origin() -> None:
             if r.chunk < 1 + step // 4:
                 p.received(r.chunk, r.source)
         p.tick()
+
+
+def test_a_link_that_moves_to_a_new_upstream_waits_on_it_afresh() -> None:
+    """How long our upstream's run of chunks has not grown (``RELAY_WAIT``: the swarm
+    fills in after it) is counted anew for a new upstream. It was not: a link that fell
+    behind moved to the chain's tail, whose run was as long as its old upstream's had
+    been when the wait was last looked at, early in the fetch; the wait read as long
+    over, and the link asked the origin for four chunks, which the origin then
+    redirected the chain's head to it for (bench/linerate.py --case slow, N=8, traced:
+    1.26x one copy against 1.20-1.22x)."""
+    p = _relay_n5()
+    asked = p.next_requests()
+    assert {r.source for r in asked} == {"n4"}
+    p.received(asked[0].chunk, "n4")
+    more = p.next_requests()
+    p.received(asked[1].chunk, "n4")
+    assert p.next_requests() == []  # as far ahead as n4 lets us be: we wait on it
+    p.remove_source("n4")  # it is gone; n3's run of chunks is as long as n4's was
+    p.set_source("n3", 1, [0])
+    for _ in range(RELAY_WAIT + 1):
+        p.tick()
+    moved = p.next_requests()
+    assert {r.source for r in moved} == {"n3"}, moved
+    assert {r.source for r in p.next_requests()} <= {"n3"}
+    assert not any(r.source == "origin" for r in asked + more + moved)

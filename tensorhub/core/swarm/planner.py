@@ -440,7 +440,8 @@ class ChunkPlanner:
         self._unstarted: dict[str, int] = {}  # relay links not fetching yet: since when
         self._not_begun: set[str] = set()  # links that said "unknown version", holding none
         self._relay_redirected: set[int] = set()  # chunks our upstream sent us elsewhere for
-        self._relay_waits = (-1, 0)  # (upstream's run of chunks, tick we began to wait on it)
+        # (the upstream, its run of chunks, the tick we began to wait on it there)
+        self._relay_waits: tuple[SourceInfo | None, int, int] = (None, -1, 0)
         self._assumed: set[str] = set()  # members relay took for links before they held any
         self._removed: dict[str, int] = {}  # relay: sources lost or dead -> the tick
         self._lost_at: dict[str, int] = {}  # relay: links lost -> their highest chunk then
@@ -1272,12 +1273,16 @@ class ChunkPlanner:
 
     def _waited_out(self, up: SourceInfo, more: int = 0) -> bool:
         """Whether our upstream's run of chunks has not grown for ``RELAY_WAIT`` (and
-        ``more``) ticks (counted from when we first found it there)."""
+        ``more``) ticks (counted from when we first found it there, as this upstream: a
+        link that moved to the chain's tail, whose run was as long as its old upstream's
+        when it last waited on that one, early in the fetch, took the wait for long over
+        and asked the origin for chunks; tests/test_planner.py)."""
         frontier = self._prefix(up)
-        if frontier != self._relay_waits[0]:
+        was, then, _ = self._relay_waits
+        if up is not was or frontier != then:
             self._effects += 1
-            self._relay_waits = (frontier, self.now)
-        return self.now >= self._relay_waits[1] + RELAY_WAIT + more
+            self._relay_waits = (up, frontier, self.now)
+        return self.now >= self._relay_waits[2] + RELAY_WAIT + more
 
     def _upstream(self) -> str | None:
         """Whom we relay from (``relay``): the nearest node before us in our datacenter's
