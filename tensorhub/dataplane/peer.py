@@ -63,20 +63,23 @@ MAX_QUEUED_REQUESTS = 512
 """Requests a peer may have queued on us at once; more is a protocol violation."""
 
 VERIFY_OFF_LOOP = 1 << 20
-"""Chunks at least this large are hashed on a worker thread (BLAKE3 releases the GIL), so
-the event loop goes on receiving the next chunks meanwhile; smaller ones are hashed inline,
-where a thread hop would cost more than the hash."""
+"""What is left to hash of a chunk once it is in (all of it, unless it was hashed as it
+landed: ``HASH_INLINE_RATE``): at least this much is hashed on a worker thread (BLAKE3
+releases the GIL), so the event loop goes on receiving the next chunks meanwhile; less is
+hashed inline, where a thread hop would cost more than the hash."""
 
 HASH_INLINE_RATE = 250e6
 """Bytes a second up to which a chunk arriving in pieces is hashed piece by piece on the
 event loop as they land, so that its last piece is all that is left to hash once it is
 in, and its verdict needs no thread hop. A relay holds a chunk's last piece back until
 the chunk verified (``_stream``): hashed whole on a worker thread once in, a 4 MiB chunk
-verified 1.7 ms after its last byte with the cores idle, and 5-7 ms (median; 10-12 at
-the 90th percentile) with nine processes on two cores (bench/linerate.py, N=3 and N=8,
-256 MiB, 1 Gbit/s), once per hop. At this rate (2 Gbit/s) hashing takes a few percent of
-the loop; a faster link sends whole chunks (``io.send_queue.MAX_QUEUE``) or pieces faster
-than this, which the worker thread hashes as before."""
+verified 1.6-1.8 ms (median) after its last byte with the cores a third busy, and 4-7 ms
+(10-12 at the 90th percentile) with nine processes on two cores (bench/linerate.py, N=3
+and N=8, 256 MiB, 1 Gbit/s), once per hop; hashed as it landed, 0.2-0.4 ms (healthy N=8
+1.077-1.084x one copy against 1.090-1.091x: docs/results.md, session 39). At this rate
+(2 Gbit/s) hashing takes a few percent of the loop; a faster link sends whole chunks
+(``io.send_queue.MAX_QUEUE``) or pieces faster than this, which the worker thread hashes
+as before."""
 HASH_INLINE_PIECE = 1 << 20
 """The most bytes hashed on the event loop at once, as a piece lands (a quarter of a
 millisecond)."""
@@ -283,7 +286,7 @@ class PeerHandler:
             if req.landing is not None:
                 req.landing.advance(size)
             running = req.digest
-            if running is None:  # (an empty chunk: no payload began)
+            if running is None:  # (none began: _chunk_sink makes one at the first frame)
                 running = RunningDigest()
             elif self._hash_piece(req, size):
                 self._verified(conn.peer, req, running.digest())

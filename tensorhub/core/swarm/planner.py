@@ -1278,8 +1278,8 @@ class ChunkPlanner:
         when it last waited on that one, early in the fetch, took the wait for long over
         and asked the origin for chunks; tests/test_planner.py)."""
         frontier = self._prefix(up)
-        was, then, _ = self._relay_waits
-        if up is not was or frontier != then:
+        was, run, _ = self._relay_waits
+        if up is not was or frontier != run:
             self._effects += 1
             self._relay_waits = (up, frontier, self.now)
         return self.now >= self._relay_waits[2] + RELAY_WAIT + more
