@@ -205,6 +205,8 @@ async def swarm_fill(
     _use(session, holders)
     if lagged := view.lagged_before(key):  # (once: see set_lagged_before)
         session.set_lagged_before(lagged)
+    if trace is not None:
+        trace.event("lagged_before", names=sorted(lagged))
     news: list[SourceNews] = [view.sources(key, version)]
     unwatch = view.watch_sources(key, version, news.append)
 
@@ -332,6 +334,8 @@ async def _fetch_loop(
         now = int((time.monotonic() - t_ticks) / TICK)
         if now - ran[0] > STALL_TICKS:
             session.stalled()
+            if driver.trace is not None:
+                driver.trace.event("stalled", ticks=now - ran[0], held=planner.held)
         ran[0] = now
         if session.advance(now, SUSPECT_TICKS):
             _suspend(session, driver.suspects, time.monotonic())  # still suspected: renew
