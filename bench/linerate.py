@@ -358,6 +358,7 @@ def _tensorhub(
     victim = f"r{case.victim}" if case is not None else None
     healthy = [n for n in names if n != victim]
     step_seconds: list[float] = []
+    lag_memory: list[list[str]] = []  # after each step before the measured one
     with (
         tempfile.TemporaryDirectory(prefix="tensorhub-linerate-") as tmp,
         HubProcs(specs, tmp) as c,
@@ -376,6 +377,7 @@ def _tensorhub(
             stop = partial(_stop_after_first_copy, c, names, version) if stops else None
             ends, _ = c.fetch_each(names, MODEL, version, None, stop)
             step_seconds.append(_last_healthy(ends, healthy))
+            lag_memory.append(c.wait_lag_memory(names, MODEL))
         version = steps
         publish(version, 3)
 
@@ -418,6 +420,9 @@ def _tensorhub(
     out: dict[str, Any] = {
         "seconds": seconds,
         "step_seconds": [*step_seconds, seconds],
+        # whose relay fell behind in each step before the measured one, as every node's
+        # gossip held it before the next began (its chain's order: HolderView.lagged)
+        "lag_memory": lag_memory,
         "healthy_short": 0,
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),

@@ -43,14 +43,17 @@ class NodeTimeline:
     upstreams: list[tuple[float, str | None, int]] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     failed: Counter[str] = field(default_factory=Counter)
+    lagged_before: list[str] = field(default_factory=list)  # the lag memory read at the start
+    stalls: list[tuple[float, int]] = field(default_factory=list)  # (t, ticks the loop missed)
 
     def held_at(self, t: float) -> int:
         """Chunks this node held at time ``t``."""
         return self.held0 + sum(1 for when, _, _ in self.got if when <= t)
 
 
-def load(run: Path) -> dict[str, NodeTimeline]:
-    """Every node's timeline in ``run`` (one fetch per node: the run's version)."""
+def load(run: Path, version: int | None = None) -> dict[str, NodeTimeline]:
+    """Every node's timeline in ``run`` (one fetch per node: the run's version, or
+    ``version``'s where a node's trace holds several: a run of RL steps)."""
     nodes: dict[str, NodeTimeline] = {}
     for path in sorted(run.glob("*.jsonl")):
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -63,6 +66,8 @@ def load(run: Path) -> dict[str, NodeTimeline]:
                 if i == len(lines) - 1:  # (a process killed mid-write: its last line is cut)
                     break
                 raise SystemExit(f"{path}:{i + 1}: not a trace line ({err})") from None
+            if version is not None and e.get("version") != version:
+                continue
             n = nodes.setdefault(e["node"], NodeTimeline(e["node"]))
             ev, t = e["ev"], float(e["t"])
             if ev == "begin":
@@ -76,6 +81,10 @@ def load(run: Path) -> dict[str, NodeTimeline]:
                 n.verdicts.append({**e, "t": t})
             elif ev == "failed":
                 n.failed[str(e["why"])] += 1
+            elif ev == "lagged_before":
+                n.lagged_before = [str(a) for a in e["names"]]
+            elif ev == "stalled":
+                n.stalls.append((t, int(e["ticks"])))
             elif ev == "end":
                 n.end, n.error = t, e.get("error")
     return nodes

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..core.naming import split_key
+from ..core.naming import shard_key, split_key
 from ..dataplane.store import Replica
 from ..hub import Hub
 from ..io.loop import run
@@ -151,6 +151,10 @@ class _Worker:
                 if t.numel() and t.is_floating_point():
                     t.view(-1)[: t.numel() // 2].neg_()
             return ("ok",)
+        if cmd == "lag_memory":  # model: whose relay fell behind in its last fetch of
+            # shard 0, as this node's gossip holds it (HolderView.lagged)
+            (model,) = args
+            return ("ok", sorted(hub.gossip.core.holders.lagged(shard_key(model, 0))))
         if cmd == "view":  # what this node's gossip says of each member it knows
             core = hub.gossip.core
             return ("ok", {m.name: m.status.name.lower() for m in core.members.records()})
@@ -313,6 +317,26 @@ class HubProcs:
             if time.monotonic() - t0 > timeout:
                 raise TimeoutError(f"membership did not converge in {timeout:.0f} s: {missing}")
             time.sleep(0.05)
+
+    def wait_lag_memory(
+        self, names: Collection[str], model: str, timeout: float = 30.0
+    ) -> list[str]:
+        """Wait until every node of ``names`` holds the same lag memory of ``model`` (the
+        nodes whose relay fell behind in their last fetch of it); that memory, by node name.
+        An RL job's steps are seconds to minutes apart, so its next fetch begins on a memory
+        every node holds; a bench that publishes the next step at once began some fetches
+        on a view without it, and those chained as if no link were slow."""
+        t0 = time.monotonic()
+        order = sorted(names)
+        while True:
+            views = {
+                n: m for n, (m,) in zip(order, self.call(order, "lag_memory", model), strict=True)
+            }
+            if len({tuple(m) for m in views.values()}) == 1:
+                return list(views[order[0]])
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"the lag memory did not converge in {timeout:.0f} s: {views}")
+            time.sleep(0.02)
 
     def fetch_all(
         self, names: list[str], model: str, version: int, via: str | None
