@@ -1025,6 +1025,41 @@ def test_a_relay_link_starved_of_cpu_twice_is_not_lagging_once_told() -> None:
     assert judged is not None and judged < 70, judged
 
 
+def test_a_slow_relay_link_stalled_every_quarter_second_is_still_judged() -> None:
+    """CI, session 39: with the suite on both cores beside bench/linerate.py --case slow,
+    r3 of 4 at half rate was never judged lagging in either step, and the links after it
+    relayed at its pace (2.3x one copy). A stall ended the look under way, and a look
+    takes RELAY_START_WAIT ticks: here n5 does not run for 6 ticks in every 25 (told each
+    time, as its driver tells it), and a half-rate n5 was never judged (231 chunks in).
+    Its lag's growth in a stall is discounted instead: the look goes on. The same stalls
+    on a link that keeps pace judge nothing."""
+
+    def run(slow: bool) -> int | None:
+        p = _relay_n5(n=256)
+        have, upstream, inflight = 0, 5, []
+        for step in range(400):
+            upstream += 1
+            if step > 10 and step % 25 < 6:
+                p.tick()  # (no CPU: it hears nothing and asks nothing)
+                continue
+            if step > 10 and step % 25 == 6:
+                p.stalled()
+            p.set_source("n4", 1, range(min(p.num_chunks, upstream)))
+            inflight += p.next_requests()
+            if inflight and (not slow or step % 2):
+                r = inflight.pop(0)
+                p.received(r.chunk, r.source)
+                have += 1
+            p.tick()
+            if p.lagging:
+                return step
+        return None
+
+    judged = run(slow=True)
+    assert judged is not None and judged < 60, judged
+    assert run(slow=False) is None
+
+
 def test_a_relay_link_keeping_pace_is_not_lagging() -> None:
     """Its upstream stays ahead by what is in flight to us: that is the pipeline."""
     _never_lagging(_relay_n5(n=256), 120, lambda step: 5)
