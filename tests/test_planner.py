@@ -997,25 +997,12 @@ def test_a_relay_link_starved_of_cpu_twice_is_not_lagging_once_told() -> None:
     that is slow is still judged, told of a stall or not."""
 
     def run(tell: bool, slow: bool) -> int | None:
-        p = _relay_n5(n=256)
-        have, upstream, inflight = 0, 5, []
-        for step in range(240):
-            upstream += 1
-            if 40 <= step < 70 or 120 <= step < 150:
-                p.tick()  # (no CPU: it hears nothing and asks nothing)
-                continue
-            if tell and step in (70, 150):
-                p.stalled()
-            p.set_source("n4", 1, range(min(p.num_chunks, upstream)))
-            inflight += p.next_requests()
-            if inflight and (not slow or step % 2):
-                r = inflight.pop(0)
-                p.received(r.chunk, r.source)
-                have += 1
-            p.tick()
-            if p.lagging:
-                return step
-        return None
+        return _judged_with_stalls(
+            240,
+            slow,
+            stalled=lambda step: 40 <= step < 70 or 120 <= step < 150,
+            told=lambda step: tell and step in (70, 150),
+        )
 
     # Untold, the second stall's jump once read as a slow NIC; measured over the
     # upstream's last LAG_WINDOW chunks (session 25), the first jump is forgotten first.
@@ -1035,29 +1022,44 @@ def test_a_slow_relay_link_stalled_every_quarter_second_is_still_judged() -> Non
     on a link that keeps pace judge nothing."""
 
     def run(slow: bool) -> int | None:
-        p = _relay_n5(n=256)
-        have, upstream, inflight = 0, 5, []
-        for step in range(400):
-            upstream += 1
-            if step > 10 and step % 25 < 6:
-                p.tick()  # (no CPU: it hears nothing and asks nothing)
-                continue
-            if step > 10 and step % 25 == 6:
-                p.stalled()
-            p.set_source("n4", 1, range(min(p.num_chunks, upstream)))
-            inflight += p.next_requests()
-            if inflight and (not slow or step % 2):
-                r = inflight.pop(0)
-                p.received(r.chunk, r.source)
-                have += 1
-            p.tick()
-            if p.lagging:
-                return step
-        return None
+        return _judged_with_stalls(
+            400,
+            slow,
+            stalled=lambda step: step > 10 and step % 25 < 6,
+            told=lambda step: step > 10 and step % 25 == 6,
+        )
 
     judged = run(slow=True)
     assert judged is not None and judged < 60, judged
     assert run(slow=False) is None
+
+
+def _judged_with_stalls(
+    steps: int, slow: bool, stalled: Callable[[int], bool], told: Callable[[int], bool]
+) -> int | None:
+    """n5 relays from n4, which gains a chunk a tick; n5 lands one a tick (every other
+    tick if ``slow``) except while ``stalled(step)``, when its process does not run: it
+    hears nothing and asks nothing. ``told(step)``: its driver tells it it stalled
+    (FetchSession.stalled). The tick it judged itself lagging, or None."""
+    p = _relay_n5(n=256)
+    have, upstream, inflight = 0, 5, []
+    for step in range(steps):
+        upstream += 1
+        if stalled(step):
+            p.tick()
+            continue
+        if told(step):
+            p.stalled()
+        p.set_source("n4", 1, range(min(p.num_chunks, upstream)))
+        inflight += p.next_requests()
+        if inflight and (not slow or step % 2):
+            r = inflight.pop(0)
+            p.received(r.chunk, r.source)
+            have += 1
+        p.tick()
+        if p.lagging:
+            return step
+    return None
 
 
 def test_a_relay_link_keeping_pace_is_not_lagging() -> None:
