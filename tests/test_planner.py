@@ -1014,12 +1014,12 @@ def test_a_relay_link_starved_of_cpu_twice_is_not_lagging_once_told() -> None:
 
 def test_a_slow_relay_link_stalled_every_quarter_second_is_still_judged() -> None:
     """CI, session 39: with the suite on both cores beside bench/linerate.py --case slow,
-    r3 of 4 at half rate was never judged lagging in either step, and the links after it
-    relayed at its pace (2.3x one copy). A stall ended the look under way, and a look
-    takes RELAY_START_WAIT ticks: here n5 does not run for 6 ticks in every 25 (told each
-    time, as its driver tells it), and a half-rate n5 was never judged (231 chunks in).
-    Its lag's growth in a stall is discounted instead: the look goes on. The same stalls
-    on a link that keeps pace judge nothing."""
+    r3 of 4 at half rate went unjudged in the first step, and the links after it relayed
+    at its pace (2.3x one copy). One way (untraced there): a stall ended the look under
+    way, and a look takes RELAY_START_WAIT ticks. Here n5 does not run for 6 ticks in
+    every 25 (told each time, as its driver tells it), and a half-rate n5 was never
+    judged (231 chunks in). Its lag's growth in a stall is discounted instead: the look
+    goes on. The same stalls on a link that keeps pace judge nothing."""
 
     def run(slow: bool) -> int | None:
         return _judged_with_stalls(

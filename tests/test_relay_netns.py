@@ -64,7 +64,7 @@ def test_a_slow_link_remembered_from_the_last_step_is_the_chains_tail_from_the_s
     place then). The step's outcome is load's too: with both cores busy (the suite beside
     it) healthy links judged themselves lagging in either step, and the chain's order
     followed those verdicts (CI, session 39: r4 relayed the whole second step from r3,
-    and the test, which asserted that, failed). So that r4 takes nothing from r3 is
+    and the test, which asserted it would take nothing from r3, failed). So that is
     asserted only of a round in which r3 alone is remembered and judged: without the
     memory r4 relayed from r3 until r3's verdict (0.3 of the model)."""
     from bench.linerate import Case, _tensorhub
