@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,50 +52,70 @@ class NodeTimeline:
         return self.held0 + sum(1 for when, _, _ in self.got if when <= t)
 
 
-def load(run: Path, version: int | None = None) -> dict[str, NodeTimeline]:
-    """Every node's timeline in ``run`` (one fetch per node: the run's version, or
-    ``version``'s where a node's trace holds several: a run of RL steps)."""
-    nodes: dict[str, NodeTimeline] = {}
+def _events(run: Path) -> Iterator[dict[str, Any]]:
+    """Every event of the traces in ``run``, file by file."""
     for path in sorted(run.glob("*.jsonl")):
         lines = path.read_text(encoding="utf-8").splitlines()
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
-                e = json.loads(line)
+                yield json.loads(line)
             except json.JSONDecodeError as err:
                 if i == len(lines) - 1:  # (a process killed mid-write: its last line is cut)
                     break
                 raise SystemExit(f"{path}:{i + 1}: not a trace line ({err})") from None
-            if version is not None and e.get("version") != version:
-                continue
-            n = nodes.setdefault(e["node"], NodeTimeline(e["node"]))
-            ev, t = e["ev"], float(e["t"])
-            if ev == "begin":
-                n.begin, n.held0, n.addr = t, int(e["held"]), str(e.get("addr", ""))
-                n.chunks = int(e["chunks"])
-            elif ev == "got":
-                n.got.append((t, int(e["chunk"]), str(e["src"])))
-            elif ev == "upstream":
-                n.upstreams.append((t, e["to"], int(e["held"])))
-            elif ev == "lagging":
-                n.verdicts.append({**e, "t": t})
-            elif ev == "failed":
-                n.failed[str(e["why"])] += 1
-            elif ev == "lagged_before":
-                n.lagged_before = [str(a) for a in e["names"]]
-            elif ev == "stalled":
-                n.stalls.append((t, int(e["ticks"])))
-            elif ev == "end":
-                n.end, n.error = t, e.get("error")
+
+
+def versions(run: Path) -> list[int]:
+    """The versions fetched in ``run``, oldest first: one, or a run of RL steps
+    (bench/linerate.py --steps), whose fetches each node's trace holds one after another."""
+    return sorted({int(e["version"]) for e in _events(run) if "version" in e})
+
+
+def load(run: Path, version: int | None = None) -> dict[str, NodeTimeline]:
+    """Every node's timeline in ``run`` (one fetch per node: the run's version, or
+    ``version``'s where a node's trace holds several: a run of RL steps)."""
+    nodes: dict[str, NodeTimeline] = {}
+    for e in _events(run):
+        if version is not None and e.get("version") != version:
+            continue
+        n = nodes.setdefault(e["node"], NodeTimeline(e["node"]))
+        ev, t = e["ev"], float(e["t"])
+        if ev == "begin":
+            n.begin, n.held0, n.addr = t, int(e["held"]), str(e.get("addr", ""))
+            n.chunks = int(e["chunks"])
+        elif ev == "got":
+            n.got.append((t, int(e["chunk"]), str(e["src"])))
+        elif ev == "upstream":
+            n.upstreams.append((t, e["to"], int(e["held"])))
+        elif ev == "lagging":
+            n.verdicts.append({**e, "t": t})
+        elif ev == "failed":
+            n.failed[str(e["why"])] += 1
+        elif ev == "lagged_before":
+            n.lagged_before = [str(a) for a in e["names"]]
+        elif ev == "stalled":
+            n.stalls.append((t, int(e["ticks"])))
+        elif ev == "end":
+            n.end, n.error = t, e.get("error")
     return nodes
 
 
-def report(run: Path) -> dict[str, Any]:
-    """Print a run's tables; what they show, as JSON."""
-    nodes = load(run)
+def report(run: Path) -> list[dict[str, Any]]:
+    """Print a run's tables, a set per version fetched in it (each step of a
+    ``--steps`` run: mixed, a node's two fetches read as one); what they show, as JSON."""
+    steps = versions(run)
+    if len(steps) < 2:
+        return [_report_one(run, None, load(run))]
+    return [_report_one(run, v, load(run, version=v)) for v in steps]
+
+
+def _report_one(run: Path, version: int | None, nodes: dict[str, NodeTimeline]) -> dict[str, Any]:
+    """The tables of one fetch per node (``version``'s, where the run holds several)."""
     if not nodes:
         raise SystemExit(f"{run}: no *.jsonl fetch traces")
+    title = run.name if version is None else f"{run.name} v{version}"
     begins = [n.begin for n in nodes.values() if n.begin is not None]
     t0 = min(begins, default=min((t for n in nodes.values() for t, _, _ in n.got), default=0.0))
     names = {n.addr: n.node for n in nodes.values() if n.addr}
@@ -133,9 +154,11 @@ def report(run: Path) -> dict[str, Any]:
                 for v in n.verdicts
             ],
             "failed": dict(n.failed),
+            "lagged_before": [who(a) for a in n.lagged_before],  # the lag memory it began on
+            "stalls": [{"t_s": t - t0, "ticks": ticks} for t, ticks in n.stalls],
         }
     print_table(
-        f"{run.name}: each link's fetch (seconds after the first began)",
+        f"{title}: each link's fetch (seconds after the first began)",
         ["node", "began", "ended", "chunks from", "upstream → (t, held)", "lag verdicts", "failed"],
         rows,
         width=160,
@@ -148,12 +171,13 @@ def report(run: Path) -> dict[str, Any]:
             at_verdicts.append({"by": n.node, "t_s": t - t0, "held": held})
     if at_verdicts:
         print_table(
-            f"{run.name}: chunks each link held when one judged itself lagging",
+            f"{title}: chunks each link held when one judged itself lagging",
             ["verdict", "at (s)", *(m.node for m in order)],
             [[v["by"], v["t_s"], *v["held"].values()] for v in at_verdicts],
             width=160,
         )
-    return {"run": run.name, "nodes": out_nodes, "at_verdicts": at_verdicts}
+    out: dict[str, Any] = {"run": run.name, "nodes": out_nodes, "at_verdicts": at_verdicts}
+    return out if version is None else {**out, "version": version}
 
 
 def _told(v: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +204,7 @@ def main() -> None:
     found = runs_in(where)
     if not found:
         raise SystemExit(f"{where}: no *.jsonl fetch traces in it or its subdirectories")
-    write_json(args.json, {"bench": "trace_report", "runs": [report(r) for r in found]})
+    write_json(args.json, {"bench": "trace_report", "runs": [x for r in found for x in report(r)]})
 
 
 if __name__ == "__main__":

@@ -137,6 +137,38 @@ def test_the_report_reads_a_trace_cut_short_by_a_killed_process(tmp_path: Path) 
         load(tmp_path)
 
 
+def test_the_report_reads_each_step_of_a_multi_step_run_apart(tmp_path: Path) -> None:
+    """bench/linerate.py --steps 2 --trace: each node's trace holds both of its fetches.
+    Read as one, a node's begin and end were the second step's and its chunks both steps'
+    (twice the model); the report gives each version its own tables, with the lag memory
+    each node began on and the stalls of its fetch loop."""
+    from bench.trace_report import report, versions
+
+    def fetch(node: str, addr: str, version: int, src: str) -> list[dict[str, Any]]:
+        t = 10.0 * version
+        base = {"node": node, "model": "m", "version": version}
+        return [
+            {**base, "t": t, "ev": "begin", "chunks": 2, "held": 0, "addr": addr},
+            {**base, "t": t, "ev": "lagged_before", "names": ["a:1"] if version == 2 else []},
+            {**base, "t": t + 0.5, "ev": "got", "chunk": 0, "src": src, "s": 0.1},
+            {**base, "t": t + 0.6, "ev": "stalled", "ticks": 7, "held": 1},
+            {**base, "t": t + 1.0, "ev": "got", "chunk": 1, "src": src, "s": 0.1},
+            {**base, "t": t + 1.0, "ev": "end", "held": 2, "error": None},
+        ]
+
+    for node, addr, src in (("r1", "a:1", "a:0"), ("r2", "a:2", "a:1")):
+        events = fetch(node, addr, 1, src) + fetch(node, addr, 2, src)
+        (tmp_path / f"{node}-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert versions(tmp_path) == [1, 2]
+    steps = report(tmp_path)
+    assert [r["version"] for r in steps] == [1, 2]
+    for r in steps:
+        r2 = r["nodes"]["r2"]
+        assert r2["chunks_from"] == {"r1": 2} and r2["end_s"] == pytest.approx(1.0)
+        assert r2["lagged_before"] == ([] if r["version"] == 1 else ["r1"])
+        assert r2["stalls"] == [{"t_s": pytest.approx(0.6), "ticks": 7}]
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
     reason="bench/linerate.py needs root, ip and tc (network namespaces)",
