@@ -889,6 +889,39 @@ def _fall_behind(p: ChunkPlanner, up: str) -> tuple[int, int]:
     return upstream_has, step
 
 
+def test_a_link_falling_behind_late_stays_when_the_tail_is_further_behind_than_its_rest() -> None:
+    """bench/linerate.py --case slow --receivers 8 on a busy host, traced: r2 fell behind
+    the head slowly (the head relayed slower than it received) and judged itself lagging
+    at 46-58 of 65 chunks; it then relayed from the tail, 23 chunks behind it, and ended
+    last, 0.8 s after the head (1.41-1.58x one copy). Here n5 keeps pace with n4 for 60 of
+    128 chunks, then lands one per two of n4's: with the tail (n8) at 10 chunks, further
+    behind n5 than n5's chunks left, it stays and finishes from n4; with the tail close
+    behind it, the same fall moves it there."""
+
+    def held_at_verdict(tail: Callable[[int], int]) -> int | None:
+        p = _relay_n5(n=128)
+        have, upstream, inflight = 0, 1, []
+        for step in range(600):
+            upstream = min(128, upstream + 1)
+            p.set_source("n4", 1, range(upstream))
+            p.set_source("n8", 1, range(tail(have)))
+            inflight += p.next_requests()
+            if inflight and (have < 60 or step % 2):
+                r = inflight.pop(0)
+                p.received(r.chunk, r.source)
+                have += 1
+            p.tick()
+            if p.lagging:
+                return have
+            if p.done:
+                return None
+        raise AssertionError("neither judged nor done")
+
+    judged = held_at_verdict(lambda have: max(0, have - 3))
+    assert judged is not None and judged < 100, judged
+    assert held_at_verdict(lambda have: 10) is None
+
+
 def test_a_link_that_lagged_in_its_last_fetch_begins_at_the_chains_tail() -> None:
     """The lag memory (ChunkPlanner.set_lagged_before): n4 fell behind in the last step,
     so n5 relays from n3 from its first plan instead of at n4's pace until n4's verdict

@@ -1546,11 +1546,29 @@ class ChunkPlanner:
                 self._lag_window.append((up_count, gap))
                 self._gap_seen = gap  # (what a stall from here grows it by: _discount_stall)
             return
-        if self._head_first(up, src):
+        if self._head_first(up, src) or self._tail_too_far(ours):
             return
         self._effects += 1
         self._lagging.add(self.me)
         self._give_back(up)
+
+    def _tail_too_far(self, ours: int) -> bool:
+        """Is the chain's tail, where a lag verdict would send us, further behind the
+        ``ours`` chunks we hold than the chunks we still lack? Then the move cannot pay:
+        we would wait for the tail to pass us longer than it takes to finish here even at
+        half rate, and what the links after us gain by it is our few chunks left. A
+        healthy link behind a head that relays slower than it receives (a busy host)
+        fell behind it slowly and was judged at 46-58 of 65 chunks; relaying from the
+        tail, 23 chunks behind it, it ended last, 0.8 s after the head (bench/linerate.py
+        --case slow --receivers 8, traced, 3 rounds of 4; and session 22's healthy link
+        judged at 86 % of a 1 GiB model). Not when a laggard ahead of us would be our
+        upstream instead (:meth:`_laggard_ahead`): that one has chunks for us."""
+        links = self._links() - {self.me}
+        if not links or self._laggard_ahead(links, ours) is not None:
+            return False
+        key = self._chain_key
+        tail = self.sources[max(links, key=key)]
+        return ours - (tail.top + 1) > self._missing
 
     def _head_first(self, up: str, src: SourceInfo) -> bool:
         """Does our lag verdict wait on the head check? Our upstream is the chain's first
