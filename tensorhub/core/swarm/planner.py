@@ -1564,10 +1564,17 @@ class ChunkPlanner:
         judged at 86 % of a 1 GiB model). Not when a laggard ahead of us would be our
         upstream instead (:meth:`_laggard_ahead`): that one has chunks for us."""
         links = self._links() - {self.me}
-        if not links or self._laggard_ahead(links, ours) is not None:
+        if self._laggard_ahead(links, ours) is not None:
             return False
-        key = self._chain_key
-        tail = self.sources[max(links, key=key)]
+        # (the tail _upstream would take: a link that holds chunks, not lost or banned)
+        feeding = [
+            n
+            for n in links
+            if (s := self.sources[n]).chunks and not s.banned and not self._lost(n, s)
+        ]
+        if not feeding:
+            return False
+        tail = self.sources[max(feeding, key=self._chain_key)]
         return ours - (tail.top + 1) > self._missing
 
     def _head_first(self, up: str, src: SourceInfo) -> bool:
