@@ -907,9 +907,7 @@ def test_a_link_falling_behind_late_stays_when_the_tail_is_further_behind_than_i
             p.set_source("n8", 1, range(tail(have)))
             inflight += p.next_requests()
             if inflight and (have < 60 or step % 2):
-                r = inflight.pop(0)
-                p.received(r.chunk, r.source)
-                have += 1
+                have += _land_first(p, inflight)
             p.tick()
             if p.lagging:
                 return have
@@ -1067,6 +1065,13 @@ def test_a_slow_relay_link_stalled_every_quarter_second_is_still_judged() -> Non
     assert run(slow=False) is None
 
 
+def _land_first(p: ChunkPlanner, inflight: list[Request]) -> int:
+    """The first request in flight lands (one chunk, as the driver reports it)."""
+    r = inflight.pop(0)
+    p.received(r.chunk, r.source)
+    return 1
+
+
 def _judged_with_stalls(
     steps: int, slow: bool, stalled: Callable[[int], bool], told: Callable[[int], bool]
 ) -> int | None:
@@ -1086,9 +1091,7 @@ def _judged_with_stalls(
         p.set_source("n4", 1, range(min(p.num_chunks, upstream)))
         inflight += p.next_requests()
         if inflight and (not slow or step % 2):
-            r = inflight.pop(0)
-            p.received(r.chunk, r.source)
-            have += 1
+            have += _land_first(p, inflight)
         p.tick()
         if p.lagging:
             return step
