@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,14 +70,23 @@ def _events(run: Path) -> Iterator[dict[str, Any]]:
 def versions(run: Path) -> list[int]:
     """The versions fetched in ``run``, oldest first: one, or a run of RL steps
     (bench/linerate.py --steps), whose fetches each node's trace holds one after another."""
-    return sorted({int(e["version"]) for e in _events(run) if "version" in e})
+    return _versions(_events(run))
+
+
+def _versions(events: Iterable[dict[str, Any]]) -> list[int]:
+    return sorted({int(e["version"]) for e in events if "version" in e})
 
 
 def load(run: Path, version: int | None = None) -> dict[str, NodeTimeline]:
     """Every node's timeline in ``run`` (one fetch per node: the run's version, or
     ``version``'s where a node's trace holds several: a run of RL steps)."""
+    return _timelines(_events(run), version)
+
+
+def _timelines(events: Iterable[dict[str, Any]], version: int | None) -> dict[str, NodeTimeline]:
+    """Each node's timeline from ``events`` (``version``'s alone, if given)."""
     nodes: dict[str, NodeTimeline] = {}
-    for e in _events(run):
+    for e in events:
         if version is not None and e.get("version") != version:
             continue
         n = nodes.setdefault(e["node"], NodeTimeline(e["node"]))
@@ -105,10 +114,11 @@ def load(run: Path, version: int | None = None) -> dict[str, NodeTimeline]:
 def report(run: Path) -> list[dict[str, Any]]:
     """Print a run's tables, a set per version fetched in it (each step of a
     ``--steps`` run: mixed, a node's two fetches read as one); what they show, as JSON."""
-    steps = versions(run)
+    events = list(_events(run))  # (read once, whatever the steps)
+    steps = _versions(events)
     if len(steps) < 2:
-        return [_report_one(run, None, load(run))]
-    return [_report_one(run, v, load(run, version=v)) for v in steps]
+        return [_report_one(run, None, _timelines(events, None))]
+    return [_report_one(run, v, _timelines(events, v)) for v in steps]
 
 
 def _report_one(run: Path, version: int | None, nodes: dict[str, NodeTimeline]) -> dict[str, Any]:

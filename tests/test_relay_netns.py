@@ -81,13 +81,14 @@ def test_a_slow_link_remembered_from_the_last_step_is_the_chains_tail_from_the_s
     print("links of the second step:", out["links"], "failures:", out["failures"])
     assert out["healthy_short"] == 0 and out["duplicate_fraction"] < 0.05
     (memory,) = out["lag_memory"]
-    nodes = load(tmp_path, version=2)
+    steps = {version: load(tmp_path, version=version) for version in (1, 2)}
+    nodes = steps[2]
     name_of = {n.addr: name for name, n in nodes.items()}
     judged = {name for name, n in nodes.items() if n.verdicts}
     print("remembered:", memory, "judged in the second step:", sorted(judged))
     assert sorted(nodes) == ["r1", "r2", "r3", "r4"]
-    for version in (1, 2):  # (what a failure needs to be read: verdicts and stalls)
-        for name, n in sorted(load(tmp_path, version=version).items()):
+    for version, step in steps.items():  # (what a failure needs to be read: verdicts, stalls)
+        for name, n in sorted(step.items()):
             verdicts = [(round(v["t"] - (n.begin or 0.0), 3), v["held"]) for v in n.verdicts]
             print(f"v{version} {name}: verdicts (s, held) {verdicts}, stalls {n.stalls}")
     for name, n in sorted(nodes.items()):

@@ -307,16 +307,8 @@ class HubProcs:
         whose view held four of the eight, itself included, took chunks from the origin
         beside the chain's head, and the round took 1.46x one copy; docs/results.md,
         session 26)."""
-        t0 = time.monotonic()
-        order = sorted(names)
-        while True:
-            views = {n: view for n, (view,) in zip(order, self.call(order, "view"), strict=True)}
-            missing = lacking(views)
-            if not missing:
-                return time.monotonic() - t0
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"membership did not converge in {timeout:.0f} s: {missing}")
-            time.sleep(0.05)
+        _, seconds = self._poll(names, ("view",), lacking, "membership", timeout, 0.05)
+        return seconds
 
     def wait_lag_memory(
         self, names: Collection[str], model: str, timeout: float = 30.0
@@ -328,17 +320,35 @@ class HubProcs:
         a view that lacks a node's memory, and that node chains as if the link were not
         slow. (Session 40 found none such in 20 traced two-step rounds without the wait;
         CI's failure of the remembered-step test, untraced, could have been one.)"""
+
+        def differ(views: dict[str, Any]) -> dict[str, Any] | None:
+            return views if len({tuple(m) for m in views.values()}) > 1 else None
+
+        views, _ = self._poll(names, ("lag_memory", model), differ, "the lag memory", timeout, 0.02)
+        return list(views[min(names)])
+
+    def _poll(
+        self,
+        names: Collection[str],
+        cmd: tuple[Any, ...],
+        pending: Callable[[dict[str, Any]], object],
+        what: str,
+        timeout: float,
+        every: float,
+    ) -> tuple[dict[str, Any], float]:
+        """Ask every node of ``names`` ``cmd`` every ``every`` seconds until ``pending`` of
+        their answers (by name) is falsy: the answers, and the seconds it took. Past
+        ``timeout``, TimeoutError with what ``pending`` last said."""
         t0 = time.monotonic()
         order = sorted(names)
         while True:
-            views = {
-                n: m for n, (m,) in zip(order, self.call(order, "lag_memory", model), strict=True)
-            }
-            if len({tuple(m) for m in views.values()}) == 1:
-                return list(views[order[0]])
+            answers = {n: a for n, (a,) in zip(order, self.call(order, *cmd), strict=True)}
+            left = pending(answers)
+            if not left:
+                return answers, time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"the lag memory did not converge in {timeout:.0f} s: {views}")
-            time.sleep(0.02)
+                raise TimeoutError(f"{what} did not converge in {timeout:.0f} s: {left}")
+            time.sleep(every)
 
     def fetch_all(
         self, names: list[str], model: str, version: int, via: str | None

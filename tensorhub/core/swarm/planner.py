@@ -1555,8 +1555,9 @@ class ChunkPlanner:
     def _tail_too_far(self, ours: int) -> bool:
         """Is the chain's tail, where a lag verdict would send us, further behind the
         ``ours`` chunks we hold than the chunks we still lack? Then the move cannot pay:
-        we would wait for the tail to pass us longer than it takes to finish here even at
-        half rate, and what the links after us gain by it is our few chunks left. A
+        waiting for the tail to reach us and then taking our rest from it would take longer
+        than finishing here even at half rate, and what the links after us gain by it is
+        our few chunks left. A
         healthy link behind a head that relays slower than it receives (a busy host)
         fell behind it slowly and was judged at 46-58 of 65 chunks; relaying from the
         tail, 23 chunks behind it, it ended last, 0.8 s after the head (bench/linerate.py
