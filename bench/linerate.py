@@ -20,6 +20,11 @@ after the table, how much of line rate the publisher's and
 the receivers' NICs carried in each tenth of the transfer (where the time went). Needs root
 (namespaces); says why and exits 2 where it cannot build them.
 
+``--net loopback`` puts every node on this host's loopback instead (no root, no NIC): the
+run then measures CPU, and ``CPU / chain`` is #17's loopback target (tensorhub's CPU seconds
+per GB received over the raw chain's, same run); no simulator prediction or line-rate
+profile is made there.
+
 ``--presets node,simulated`` runs tensorhub once per data-plane preset in the same run;
 ``--cc cubic`` runs every system's connections under one TCP congestion control (the
 host's otherwise). The JSON records when each receiver began and finished (``starts``,
@@ -56,11 +61,16 @@ from tensorhub.core.swarm.presets import preset
 from tensorhub.dataplane.trace import TRACE_ENV, file_safe
 from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
 from tensorhub.testing.hub_procs import HubProcs, Spec
+from tensorhub.testing.loopback import Loopback
 from tensorhub.testing.netns import Fabric, enter, unavailable
 
 PORT = 7100
 PIECE = 1 << 20
 MODEL = "linerate"
+
+Nodes = Fabric | Loopback
+"""Where the nodes live: namespaces behind NICs (``--net netns``), or loopback (``--net
+loopback``: no NIC, so the run measures CPU)."""
 
 
 def _tuned(sock: socket.socket) -> socket.socket:
@@ -86,7 +96,7 @@ def _send_all(conn: socket.socket, size: int) -> None:
     conn.shutdown(socket.SHUT_WR)
 
 
-def _source(ns: str, ip: str, receivers: int, size: int, pipe: mpc.Connection) -> None:
+def _source(ns: str | None, ip: str, receivers: int, size: int, pipe: mpc.Connection) -> None:
     """Serve ``size`` bytes to each of ``receivers`` connections at once, on "go"."""
     enter(ns)
     ls = socket.create_server((ip, PORT), backlog=64)
@@ -103,7 +113,7 @@ def _source(ns: str, ip: str, receivers: int, size: int, pipe: mpc.Connection) -
 
 
 def _receiver(
-    ns: str, ip: str, upstream: str, forward: bool, size: int, pipe: mpc.Connection
+    ns: str | None, ip: str, upstream: str, forward: bool, size: int, pipe: mpc.Connection
 ) -> None:
     """Read ``size`` bytes from ``upstream``; with ``forward``, pass each piece on to the
     one receiver that connects to us (a pipelined chain)."""
@@ -180,7 +190,7 @@ class Case:
 
 
 def _raw(
-    fabric: Fabric,
+    fabric: Nodes,
     receivers: list[int],
     chain: bool,
     size: int,
@@ -318,7 +328,7 @@ def _phases(
 
 
 def _tensorhub(
-    fabric: Fabric,
+    fabric: Nodes,
     receivers: int,
     size: int,
     preset: str,
@@ -392,7 +402,7 @@ def _tensorhub(
                 else:
                     c.call([victim], "fetch", MODEL, version, None)
 
-        sampler = _Sampler(fabric)
+        sampler = _Sampler(fabric) if isinstance(fabric, Fabric) else None  # (no NICs)
         start = _cpu_now()
         settle = 0.0
 
@@ -403,7 +413,8 @@ def _tensorhub(
             nonlocal start, settle
             # ... and every node's gossip holds every other alive (HubProcs.wait_members)
             settle = c.wait_members([s.name for s in specs])
-            sampler.start()
+            if sampler is not None:
+                sampler.start()
             start = _cpu_now()
 
         try:
@@ -413,7 +424,7 @@ def _tensorhub(
             ends, delta = c.fetch_each(names, MODEL, version, None, started, prepared, hold)
         finally:
             cpu = _cpu_use(start, size * receivers)
-            samples = sampler.stop()
+            samples = sampler.stop() if sampler is not None else []
     t0, seconds = min(e[0] for e in ends.values()), _last_healthy(ends, healthy)
     received = sum(b for k, b in delta.items() if k.split(">")[1] in healthy)
     pub = sum(b for k, b in delta.items() if k.startswith("publisher>"))
@@ -427,7 +438,7 @@ def _tensorhub(
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
         "failures": [e[2] for e in ends.values()],
-        "phases": _phases(samples, fabric.rate_mbit),
+        "phases": _phases(samples, fabric.rate_mbit) if samples else [],
         # who sent whom how much (model sizes): a chain shows as one link per receiver
         "links": {k: round(b / size, 3) for k, b in sorted(delta.items())},
         # when each receiver began its fetch, seconds after the first (the simulator's
@@ -502,7 +513,7 @@ def _victim(r: dict[str, Any]) -> str:
 
 
 def _round(
-    fabric: Fabric,
+    fabric: Nodes,
     args: argparse.Namespace,
     systems: list[str],
     size: int,
@@ -541,6 +552,8 @@ def _round(
                 where = Path(args.trace) / f"round{round_no + 1}-{file_safe(name)}"
                 os.environ[TRACE_ENV] = str(where)
             ran[name] = r = _tensorhub(fabric, n, size, name, chunk, case, args.steps)
+            if isinstance(fabric, Loopback):  # (the simulator models NICs, and there are none)
+                continue
             sim_trace = None if where is None else where.with_name(where.name + "-simulated")
             r.update(
                 _predicted(
@@ -555,6 +568,8 @@ def _round(
             r["steps_over_one_copy"] = [t / one for t in r["step_seconds"]]
         if "victim_seconds" in r and case is not None:  # against its own bound
             r["victim_over_its_bound"] = r["victim_seconds"] / (case.bound * one)
+        if "chain" in results:  # (#17's loopback target: <= 1.15x the chain's, same run)
+            r["cpu_over_chain"] = r["cpu_seconds_per_gb"] / results["chain"]["cpu_seconds_per_gb"]
     return results
 
 
@@ -613,6 +628,7 @@ _MEDIANS = (
     "cpu_seconds_per_gb",
     "cpu_busy_fraction",
     "victim_over_its_bound",
+    "cpu_over_chain",
 )
 """The figures a multi-round run reports as their median over the rounds (a round that
 broke, None, counts as the slowest)."""
@@ -648,6 +664,14 @@ def main() -> None:
     ap.add_argument("--receivers", type=int, default=4)
     ap.add_argument("--size", default="256MiB", help="model bytes (e.g. 256MiB, 1GiB)")
     ap.add_argument("--rate", type=float, default=1000.0, help="each NIC's rate, Mbit/s")
+    ap.add_argument(
+        "--net",
+        choices=["netns", "loopback"],
+        default="netns",
+        help="netns: each node in a namespace behind a --rate NIC (root); loopback: every "
+        "node on this host's loopback, no NIC, so the run measures CPU (#17's loopback "
+        "target: tensorhub's CPU per GB against the chain's, the 'CPU / chain' column)",
+    )
     ap.add_argument("--systems", default="p2p,star,chain,tensorhub")
     ap.add_argument(
         "--presets",
@@ -704,7 +728,10 @@ def main() -> None:
         ap.error("--steps wants a count >= 1")
     if args.victim is not None and not 1 <= args.victim <= args.receivers:
         ap.error(f"--victim wants a receiver, 1..{args.receivers}")
-    why = unavailable()
+    loopback = args.net == "loopback"
+    if loopback and args.case == "slow":
+        ap.error("--case slow needs NICs of a rate (--net netns)")
+    why = None if loopback else unavailable()
     if why is not None:
         print(f"bench/linerate.py: cannot run: {why}", file=sys.stderr)
         raise SystemExit(2)
@@ -717,7 +744,8 @@ def main() -> None:
     victim = 0 if args.case == "stops" else args.victim or n // 2 + 1
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     rounds: list[dict[str, dict[str, Any]]] = []
-    with Fabric(n + 1, args.rate, rates=slow) as fabric:
+    nodes: Nodes = Loopback(n + 1) if loopback else Fabric(n + 1, args.rate, rates=slow)
+    with nodes as fabric:
         for k in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {k + 1} of {args.rounds}", flush=True)
@@ -736,8 +764,10 @@ def main() -> None:
         "late": f"; r{victim} begins {one / 2:.2f} s late (last = last healthy receiver)",
         "stops": "; the publisher stops serving once a receiver holds the model",
     }[args.case]
+    where = "loopback (no NIC: CPU-bound)" if loopback else f"{args.rate:g} Mbit/s NICs"
+    by_chain = "chain" in results
     print_table(
-        f"fan-out on {args.rate:g} Mbit/s NICs: 1 publisher → {n} receivers, "
+        f"fan-out on {where}: 1 publisher → {n} receivers, "
         f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP {cc}",
         [
             "system",
@@ -747,6 +777,7 @@ def main() -> None:
             "duplicates",
             "CPU s/GB",
             "CPU busy",
+            *(["CPU / chain"] if by_chain else []),
             "sim. median",
             *([f"r{victim} / its bound (sim.)"] if args.case in ("slow", "late") else []),
             *(["step 1 / one copy"] if args.steps > 1 else []),
@@ -760,6 +791,7 @@ def main() -> None:
                 f"{100 * r.get('duplicate_fraction', 0.0):.1f} %",
                 f"{r['cpu_seconds_per_gb']:.2f}",
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
+                *([f"{r['cpu_over_chain']:.2f}"] if by_chain else []),
                 _simulated(r),
                 *([_victim(r)] if args.case in ("slow", "late") else []),
                 *([_first_step(r)] if args.steps > 1 else []),
@@ -798,7 +830,8 @@ def main() -> None:
             "bench": "linerate",
             "receivers": n,
             "model_bytes": size,
-            "rate_mbit": args.rate,
+            "net": args.net,
+            "rate_mbit": None if loopback else args.rate,
             "case": args.case,
             "victim": victim if args.case != "healthy" else None,
             "rounds": args.rounds,

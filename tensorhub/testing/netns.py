@@ -46,9 +46,12 @@ def _run(*cmd: str, ns: str | None = None, check: bool = True) -> None:
     subprocess.run(full, check=check, capture_output=True, text=True)
 
 
-def enter(ns: str) -> None:
+def enter(ns: str | None) -> None:
     """Move this process (its calling thread: call it before starting threads or opening
-    sockets) into the network namespace ``ns``."""
+    sockets) into the network namespace ``ns``; None stays in this one (loopback:
+    testing/loopback.py)."""
+    if ns is None:
+        return
     libc = ctypes.CDLL(None, use_errno=True)
     with open(f"/var/run/netns/{ns}") as f:
         if libc.setns(f.fileno(), CLONE_NEWNET) != 0:

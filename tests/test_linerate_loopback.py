@@ -1,0 +1,60 @@
+"""bench/linerate.py --net loopback: the fan-out with every node on this host's loopback
+(no namespaces, no root), the run #17's loopback CPU target is read from. Real processes:
+the bench itself, its raw systems and Hub processes, as someone runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "bench/linerate.py", "--net", "loopback", *args],
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},  # (the table's headers unwrapped)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_loopback_fan_out_reports_cpu_against_the_chain_and_moves_every_model(
+    tmp_path: Path,
+) -> None:
+    """Three receivers of 24 MiB (1 MiB chunks: a relay's size) beside the raw chain in the
+    same run: every receiver gets the model from a publisher that sends one, every row has
+    its CPU per GB over the chain's (the chain's is 1), and nothing a NIC would measure
+    (rate, line-rate phases, the simulator's prediction) is made up where there is none."""
+    out = tmp_path / "lb.json"
+    run = _bench(
+        "--receivers", "3", "--size", "24MiB", "--chunk", "1MiB",
+        "--systems", "p2p,chain,tensorhub", "--json", str(out),
+    )  # fmt: skip
+    print(run.stdout, run.stderr)
+    assert run.returncode == 0
+    assert "fan-out on loopback" in run.stdout and "CPU / chain" in run.stdout
+    got = json.loads(out.read_text())
+    assert got["net"] == "loopback" and got["rate_mbit"] is None
+    chain, hub = got["chain"], got["tensorhub"]
+    assert chain["healthy_short"] == 0 and chain["cpu_over_chain"] == 1.0
+    assert hub["healthy_short"] == 0 and len(hub["ends"]) == 3
+    # Every receiver took in a whole model, the publisher sent about one (a relay).
+    into = {r: sum(b for k, b in hub["links"].items() if k.endswith(f">{r}")) for r in hub["ends"]}
+    assert all(m >= 0.999 for m in into.values()), into
+    assert 0.999 <= hub["publisher_egress_models"] <= 1.2
+    assert hub["cpu_over_chain"] == hub["cpu_seconds_per_gb"] / chain["cpu_seconds_per_gb"]
+    assert hub["phases"] == [] and "simulated_over_one_copy" not in hub
+
+
+def test_a_half_rate_receiver_on_loopback_is_refused_with_the_reason() -> None:
+    """Loopback has no NIC to halve: the bench says so and builds nothing."""
+    run = _bench("--case", "slow")
+    assert run.returncode == 2
+    assert "--case slow needs NICs of a rate (--net netns)" in run.stderr
