@@ -94,6 +94,61 @@ async def test_every_fetcher_of_a_relay_chain_traces_its_chunks_and_the_report_r
     assert any(src in names for n in run["nodes"].values() for src in n["chunks_from"])
 
 
+async def test_a_fetch_loop_held_off_its_ticks_traces_the_stall_and_tells_its_planner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event loop held for 0.15 s just after a fetch's first chunk (a callback that
+    does not yield, as in a process starved of CPU): the fetch loop's next tick finds it
+    missed 15, more than STALL_TICKS; it tells its planner (ChunkPlanner.stalled, whose
+    lag look then discounts what the gap grew meanwhile), traces a ``stalled`` event with
+    the ticks missed, and the fetch ends with every byte. bench/trace_report.py lists it
+    under the node's stalls."""
+    import time
+
+    from bench.trace_report import load
+    from tensorhub.core.swarm.planner import ChunkPlanner
+    from tensorhub.dataplane import swarm
+
+    where = tmp_path / "trace"
+    monkeypatch.setenv(TRACE_ENV, str(where))
+    told: list[int] = []
+    tell = ChunkPlanner.stalled
+
+    def stalled(self: ChunkPlanner) -> None:
+        told.append(self.now)
+        tell(self)
+
+    monkeypatch.setattr(ChunkPlanner, "stalled", stalled)
+    complete = swarm._Driver.completed
+    held: list[int] = []
+
+    async def completed(self: swarm._Driver, task: asyncio.Task[None]) -> int | None:
+        chunk = await complete(self, task)
+        if chunk is not None and not held:
+            held.append(chunk)
+            time.sleep(0.15)  # noqa: ASYNC251 (the point: the loop held, no tick runs)
+        return chunk
+
+    monkeypatch.setattr(swarm._Driver, "completed", completed)
+    async with cluster(tmp_path, rollouts=1, dcs=1, rack="rack0") as (voters, (roll,)):
+        g = torch.Generator().manual_seed(5)
+        w = {"w": torch.randn(8 << 20, generator=g)}  # 32 MiB: 32 chunks, not all at once
+        pub = await voters[0].publish("policy", 1, w, chunk_size=1 << 20)
+        into = empty_like_manifest(pub.manifest)
+        await roll.fetch("policy", 1, into)
+        assert same_bytes(w["w"], into["w"])
+        name = roll.node.name
+    assert held and told, (held, told)
+    events = [
+        json.loads(line) for f in where.glob("*.jsonl") for line in f.read_text().splitlines()
+    ]
+    stalls = [e for e in events if e["node"] == name and e["ev"] == "stalled"]
+    assert stalls and stalls[0]["ticks"] >= 14, stalls  # (0.15 s of 10 ms ticks, less rounding)
+    assert [e["ev"] for e in events if e["node"] == name][-1] == "end"
+    node = (await asyncio.to_thread(load, where))[name]
+    assert node.stalls[0][1] == stalls[0]["ticks"]
+
+
 def test_the_simulator_writes_the_same_timeline_and_the_same_verdict_each_run(
     tmp_path: Path,
 ) -> None:
