@@ -52,13 +52,20 @@ def machine() -> dict[str, Any]:
 def print_table(
     title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], width: int | None = None
 ) -> None:
-    """``width``: the console's, in characters, for tables whose cells must not be cut."""
+    """``width``: the console's, in characters, for tables whose cells must not be cut.
+    Written to a file or a pipe (a log, CI), the table is as wide as its cells need: at
+    rich's default of 80 columns a wide one was cut to "tenso…" and "1.10…", in the very
+    logs a result is read back from later."""
     table = Table(title=title)
     for c in columns:
         table.add_column(c, justify="right" if c != columns[0] else "left")
     for r in rows:
         table.add_row(*(f"{x:.3f}" if isinstance(x, float) else str(x) for x in r))
-    Console(width=width).print(table)
+    console = Console(width=width)
+    if width is None and not console.is_terminal:
+        wide = console.options.update_width(1 << 16)
+        console = Console(width=max(console.width, console.measure(table, options=wide).maximum))
+    console.print(table)
 
 
 def write_json(path: str | None, data: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ the bench itself, its raw systems and Hub processes, as someone runs it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,6 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "bench/linerate.py", "--net", "loopback", *args],
         check=False,
         cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200"},  # (the table's headers unwrapped)
         capture_output=True,
         text=True,
         timeout=300,
