@@ -438,7 +438,7 @@ def _tensorhub(
         "publisher_egress_models": pub / size,
         "duplicate_fraction": max(0.0, received / (size * len(healthy)) - 1.0),
         "failures": [e[2] for e in ends.values()],
-        "phases": _phases(samples, fabric.rate_mbit) if samples else [],
+        "phases": _phases(samples, fabric.rate_mbit) if isinstance(fabric, Fabric) else [],
         # who sent whom how much (model sizes): a chain shows as one link per receiver
         "links": {k: round(b / size, 3) for k, b in sorted(delta.items())},
         # when each receiver began its fetch, seconds after the first (the simulator's
@@ -744,7 +744,7 @@ def main() -> None:
     victim = 0 if args.case == "stops" else args.victim or n // 2 + 1
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     rounds: list[dict[str, dict[str, Any]]] = []
-    nodes: Nodes = Loopback(n + 1) if loopback else Fabric(n + 1, args.rate, rates=slow)
+    nodes: Nodes = Loopback() if loopback else Fabric(n + 1, args.rate, rates=slow)
     with nodes as fabric:
         for k in range(args.rounds):
             if args.rounds > 1:

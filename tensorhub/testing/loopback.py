@@ -10,20 +10,12 @@ can give every node the same port as in the namespaces. Needs no root.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 SUBNET = "127.77.0"  # (out of the way of services bound to 127.0.0.1)
 
 
-@dataclass
 class Loopback:
-    """``nodes`` nodes on loopback: the shape of a :class:`Fabric` without namespaces or
-    NICs (no rates, no NIC counters)."""
-
-    nodes: int
-    rate_mbit: float = 0.0
-    """No NIC: nothing limits the rate."""
-    rates: dict[int, float] = field(default_factory=dict)
+    """Nodes on loopback: a :class:`Fabric`'s addresses and namespaces (none), without its
+    NICs: no rates, no counters, nothing to build or remove."""
 
     def ns(self, i: int) -> None:
         """No namespace: every node stays in the host's."""
