@@ -5,7 +5,12 @@ Systems, in the same run on the same fabric:
 - ``p2p``: one raw-socket copy publisher → one receiver: the denominator, "one copy";
 - ``star``: every receiver pulls the whole model from the publisher at once;
 - ``chain``: a raw pipelined relay publisher → r1 → r2 → … (what a ring broadcast does,
-  in ~40 lines: each receiver forwards each piece as it arrives);
+  in ~40 lines: each receiver forwards each piece as it arrives), through one reused
+  1 MiB buffer: the bytes are forwarded, not kept (#17's baseline);
+- ``chain-landed``: the same relay, each receiver landing the model in a buffer of its
+  own (allocated and touched before the CPU window, as tensorhub's destinations are) and
+  forwarding from there, the publisher sending from one: what a broadcast that delivers
+  weights (NCCL's ring writes its output buffer) pays for memory beyond the chain;
 - ``tensorhub``: the real stack (Hub processes: Raft voters, gossip, the swarm), the
   publisher publishes and every receiver fetches at once.
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import mmap
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -86,25 +92,38 @@ def _host_congestion_control() -> str:
         return "?"
 
 
-def _send_all(conn: socket.socket, size: int) -> None:
-    buf = memoryview(bytes(PIECE))
+def _touched(size: int) -> memoryview:
+    """A buffer of ``size`` bytes with every page faulted in (its allocation is not the
+    transfer's cost, as tensorhub's destination tensors are made before its CPU window)."""
+    buf = bytearray(size)
+    buf[:: mmap.PAGESIZE] = b"\1" * len(range(0, size, mmap.PAGESIZE))
+    return memoryview(buf)
+
+
+def _send_all(conn: socket.socket, data: memoryview, size: int) -> None:
+    """Send ``size`` bytes: ``data`` over and over (one reused piece), or once (a model)."""
     left = size
     while left:
-        n = min(left, PIECE)
-        conn.sendall(buf[:n])
+        at = (size - left) % len(data)
+        n = min(left, PIECE, len(data) - at)
+        conn.sendall(data[at : at + n])
         left -= n
     conn.shutdown(socket.SHUT_WR)
 
 
-def _source(ns: str | None, ip: str, receivers: int, size: int, pipe: mpc.Connection) -> None:
-    """Serve ``size`` bytes to each of ``receivers`` connections at once, on "go"."""
+def _source(
+    ns: str | None, ip: str, receivers: int, size: int, land: bool, pipe: mpc.Connection
+) -> None:
+    """Serve ``size`` bytes to each of ``receivers`` connections at once, on "go"; with
+    ``land``, from a model-sized buffer (else from one reused piece)."""
     enter(ns)
+    data = _touched(size) if land else memoryview(bytes(PIECE))
     ls = socket.create_server((ip, PORT), backlog=64)
     pipe.send(("ready",))
     pipe.recv()  # go
     conns = [_tuned(ls.accept()[0]) for _ in range(receivers)]
     t0 = time.time()
-    threads = [threading.Thread(target=_send_all, args=(c, size)) for c in conns]
+    threads = [threading.Thread(target=_send_all, args=(c, data, size)) for c in conns]
     for t in threads:
         t.start()
     for t in threads:
@@ -113,21 +132,28 @@ def _source(ns: str | None, ip: str, receivers: int, size: int, pipe: mpc.Connec
 
 
 def _receiver(
-    ns: str | None, ip: str, upstream: str, forward: bool, size: int, pipe: mpc.Connection
+    ns: str | None,
+    ip: str,
+    upstream: str,
+    forward: bool,
+    size: int,
+    land: bool,
+    pipe: mpc.Connection,
 ) -> None:
     """Read ``size`` bytes from ``upstream``; with ``forward``, pass each piece on to the
-    one receiver that connects to us (a pipelined chain)."""
+    one receiver that connects to us (a pipelined chain). With ``land``, into a buffer of
+    ``size`` bytes (the model, kept), else into one reused piece."""
     enter(ns)
     ls = socket.create_server((ip, PORT), backlog=4) if forward else None
+    dest = _touched(size) if land else memoryview(bytearray(PIECE))
     pipe.send(("ready",))
     pipe.recv()  # connect now (upstream listens)
     up = _tuned(socket.create_connection((upstream, PORT)))
     down = _tuned(ls.accept()[0]) if ls is not None else None
     pipe.send(("connected",))
-    buf = bytearray(PIECE)
-    view = memoryview(buf)
     got = 0
     while got < size:
+        view = dest[got : got + PIECE] if land else dest
         n = up.recv_into(view)
         if n == 0:
             break
@@ -195,17 +221,19 @@ def _raw(
     chain: bool,
     size: int,
     case: Case | None = None,
+    land: bool = False,
 ) -> dict[str, Any]:
     """One raw-socket run: the star (or a single copy) when not ``chain``; with ``case``,
     its victim is killed or slow as the case says, or late: a static group (a chain, a
-    star, NCCL's communicator) begins once its last member is there."""
+    star, NCCL's communicator) begins once its last member is there. With ``land``, every
+    node keeps the model in memory of its own (``chain-landed``)."""
     ctx = mp.get_context("spawn")
     pipes: list[mpc.Connection] = []
     procs = []
     ours, theirs = ctx.Pipe()
     src = ctx.Process(
         target=_source,
-        args=(fabric.ns(0), fabric.ip(0), 1 if chain else len(receivers), size, theirs),
+        args=(fabric.ns(0), fabric.ip(0), 1 if chain else len(receivers), size, land, theirs),
         daemon=True,
     )
     src.start()
@@ -216,7 +244,7 @@ def _raw(
         mine, theirs = ctx.Pipe()
         p = ctx.Process(
             target=_receiver,
-            args=(fabric.ns(i), fabric.ip(i), upstream, forward, size, theirs),
+            args=(fabric.ns(i), fabric.ip(i), upstream, forward, size, land, theirs),
             daemon=True,
         )
         p.start()
@@ -538,6 +566,10 @@ def _round(
         results["star"] = _raw(fabric, everyone, chain=False, size=size, case=case)
     if "chain" in systems:
         results["chain"] = _raw(fabric, everyone, chain=True, size=size, case=case)
+    if "chain-landed" in systems:
+        results["chain (landed)"] = _raw(
+            fabric, everyone, chain=True, size=size, case=case, land=True
+        )
     if "tensorhub" in systems:
         names = args.presets.split(",")
         # Each round begins with another preset: in a fixed order the second preset of a
@@ -570,6 +602,8 @@ def _round(
             r["victim_over_its_bound"] = r["victim_seconds"] / (case.bound * one)
         if "chain" in results:  # (#17's loopback target: <= 1.15x the chain's, same run)
             r["cpu_over_chain"] = r["cpu_seconds_per_gb"] / results["chain"]["cpu_seconds_per_gb"]
+        if (landed := results.get("chain (landed)")) is not None:
+            r["cpu_over_landed_chain"] = r["cpu_seconds_per_gb"] / landed["cpu_seconds_per_gb"]
     return results
 
 
@@ -629,6 +663,7 @@ _MEDIANS = (
     "cpu_busy_fraction",
     "victim_over_its_bound",
     "cpu_over_chain",
+    "cpu_over_landed_chain",
 )
 """The figures a multi-round run reports as their median over the rounds (a round that
 broke, None, counts as the slowest)."""
@@ -766,6 +801,7 @@ def main() -> None:
     }[args.case]
     where = "loopback (no NIC: CPU-bound)" if loopback else f"{args.rate:g} Mbit/s NICs"
     by_chain = "chain" in results
+    by_landed = "chain (landed)" in results
     print_table(
         f"fan-out on {where}: 1 publisher → {n} receivers, "
         f"{size / 2**20:.0f} MiB; one copy {one:.2f} s{what}; TCP {cc}",
@@ -778,6 +814,7 @@ def main() -> None:
             "CPU s/GB",
             "CPU busy",
             *(["CPU / chain"] if by_chain else []),
+            *(["CPU / landed"] if by_landed else []),
             "sim. median",
             *([f"r{victim} / its bound (sim.)"] if args.case in ("slow", "late") else []),
             *(["step 1 / one copy"] if args.steps > 1 else []),
@@ -792,6 +829,7 @@ def main() -> None:
                 f"{r['cpu_seconds_per_gb']:.2f}",
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
                 *([f"{r['cpu_over_chain']:.2f}"] if by_chain else []),
+                *([f"{r['cpu_over_landed_chain']:.2f}"] if by_landed else []),
                 _simulated(r),
                 *([_victim(r)] if args.case in ("slow", "late") else []),
                 *([_first_step(r)] if args.steps > 1 else []),

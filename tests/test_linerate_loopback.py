@@ -26,28 +26,35 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_loopback_fan_out_reports_cpu_against_the_chain_and_moves_every_model(
     tmp_path: Path,
 ) -> None:
-    """Three receivers of 24 MiB (1 MiB chunks: a relay's size) beside the raw chain in the
-    same run: every receiver gets the model from a publisher that sends one, every row has
-    its CPU per GB over the chain's (the chain's is 1), and nothing a NIC would measure
+    """Three receivers of 24 MiB (1 MiB chunks: a relay's size) beside the raw chain, and
+    the chain that keeps what it relays, in the same run: every receiver gets the model
+    from a publisher that sends one, every row has its CPU per GB over each chain's (each
+    chain's own is 1), and nothing a NIC would measure
     (rate, line-rate phases, the simulator's prediction) is made up where there is none."""
     out = tmp_path / "lb.json"
     run = _bench(
         "--receivers", "3", "--size", "24MiB", "--chunk", "1MiB",
-        "--systems", "p2p,chain,tensorhub", "--json", str(out),
+        "--systems", "p2p,chain,chain-landed,tensorhub", "--json", str(out),
     )  # fmt: skip
     print(run.stdout, run.stderr)
     assert run.returncode == 0
     assert "fan-out on loopback" in run.stdout and "CPU / chain" in run.stdout
+    assert "chain (landed)" in run.stdout and "CPU / landed" in run.stdout
     got = json.loads(out.read_text())
     assert got["net"] == "loopback" and got["rate_mbit"] is None
     chain, hub = got["chain"], got["tensorhub"]
     assert chain["healthy_short"] == 0 and chain["cpu_over_chain"] == 1.0
+    landed = got["chain (landed)"]
+    assert landed["healthy_short"] == 0 and landed["cpu_over_landed_chain"] == 1.0
+    assert landed["publisher_egress_models"] == 1.0
     assert hub["healthy_short"] == 0 and len(hub["ends"]) == 3
     # Every receiver took in a whole model, the publisher sent about one (a relay).
     into = {r: sum(b for k, b in hub["links"].items() if k.endswith(f">{r}")) for r in hub["ends"]}
     assert all(m >= 0.999 for m in into.values()), into
     assert 0.999 <= hub["publisher_egress_models"] <= 1.2
     assert hub["cpu_over_chain"] == hub["cpu_seconds_per_gb"] / chain["cpu_seconds_per_gb"]
+    per_landed = hub["cpu_seconds_per_gb"] / landed["cpu_seconds_per_gb"]
+    assert hub["cpu_over_landed_chain"] == per_landed
     assert hub["phases"] == [] and "simulated_over_one_copy" not in hub
 
 
