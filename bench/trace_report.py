@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ class NodeTimeline:
     failed: Counter[str] = field(default_factory=Counter)
     lagged_before: list[str] = field(default_factory=list)  # the lag memory read at the start
     stalls: list[tuple[float, int]] = field(default_factory=list)  # (t, ticks the loop missed)
+    asked: dict[int, float] = field(default_factory=dict)  # chunk: when it was first asked for
 
     def held_at(self, t: float) -> int:
         """Chunks this node held at time ``t``."""
@@ -96,6 +98,8 @@ def _timelines(events: Iterable[dict[str, Any]], version: int | None) -> dict[st
             n.chunks = int(e["chunks"])
         elif ev == "got":
             n.got.append((t, int(e["chunk"]), str(e["src"])))
+        elif ev == "ask":
+            n.asked.setdefault(int(e["chunk"]), t)
         elif ev == "upstream":
             n.upstreams.append((t, e["to"], int(e["held"])))
         elif ev == "lagging":
@@ -186,8 +190,78 @@ def _report_one(run: Path, version: int | None, nodes: dict[str, NodeTimeline]) 
             [[v["by"], v["t_s"], *v["held"].values()] for v in at_verdicts],
             width=160,
         )
-    out: dict[str, Any] = {"run": run.name, "nodes": out_nodes, "at_verdicts": at_verdicts}
+    links = trails(order, who)
+    if links:
+        print_table(
+            f"{title}: how far each link trailed the one it took most chunks from (ms)",
+            [
+                "link",
+                "chunks",
+                "trail, first 16",
+                "trail, last 16",
+                "growth / chunk",
+                "asked ahead",
+            ],
+            [
+                [
+                    f"{k['up']} → {k['node']}",
+                    k["chunks"],
+                    f"{k['first_ms']:.0f}",
+                    f"{k['last_ms']:.0f}",
+                    f"{k['growth_ms_per_chunk']:+.2f}",
+                    f"{100 * k['asked_ahead']:.0f} %",
+                ]
+                for k in links
+            ],
+            width=160,
+        )
+    out: dict[str, Any] = {
+        "run": run.name,
+        "nodes": out_nodes,
+        "at_verdicts": at_verdicts,
+        "trails": links,
+    }
     return out if version is None else {**out, "version": version}
+
+
+TRAIL_SPAN = 16
+"""Chunks at each end of a link's fetch whose median trail is reported."""
+
+
+def trails(order: list[NodeTimeline], who: Callable[[str | None], str]) -> list[dict[str, Any]]:
+    """For each node and the traced node it took most of its chunks from (its upstream):
+    how long after the upstream held each chunk the node held it, over the chunks it took
+    from there, as the medians of the first and last ``TRAIL_SPAN`` and the growth per
+    chunk between them; and the share of those chunks it asked for before the upstream held
+    them (parked there and passed on as they landed, cut through). A link whose trail grows
+    by a steady amount a chunk delivers below its upstream's pace all along (the first
+    hop of N=8 at 1 GiB, docs/results.md, session 42); one that stays flat keeps pace."""
+    held = {n.node: {c: t for t, c, _ in n.got} for n in order}
+    out = []
+    for n in order:
+        froms = Counter(who(src) for _, _, src in n.got)
+        up = next((u for u, _ in froms.most_common() if u in held and u != n.node), None)
+        if up is None:
+            continue
+        mine = sorted((c, t) for t, c, src in n.got if who(src) == up and c in held[up])
+        if len(mine) < 2 * TRAIL_SPAN:
+            continue
+        trail = [t - held[up][c] for c, t in mine]
+        first = statistics.median(trail[:TRAIL_SPAN])
+        last = statistics.median(trail[-TRAIL_SPAN:])
+        ahead = sum(1 for c, _ in mine if n.asked.get(c, float("inf")) < held[up][c])
+        out.append(
+            {
+                "node": n.node,
+                "up": up,
+                "chunks": len(mine),
+                "first_ms": 1000 * first,
+                "last_ms": 1000 * last,
+                "growth_ms_per_chunk": 1000 * (last - first) / (len(mine) - TRAIL_SPAN),
+                "asked_ahead": ahead / len(mine),
+            }
+        )
+    return out
 
 
 def _told(v: dict[str, Any]) -> dict[str, Any]:

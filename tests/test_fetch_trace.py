@@ -224,6 +224,49 @@ def test_the_report_reads_each_step_of_a_multi_step_run_apart(tmp_path: Path) ->
         assert r2["stalls"] == [{"t_s": pytest.approx(0.6), "ticks": 7}]
 
 
+def test_the_report_shows_a_link_falling_behind_its_upstream_chunk_by_chunk(
+    tmp_path: Path,
+) -> None:
+    """N=8 at 1 GiB (session 42): the second link ended 0.5-0.6 s after the first, 2 ms
+    later with each chunk, while every later link kept pace. The trail table says so:
+    r2 takes each of 64 chunks 2 ms later than the last behind r1 and asks for them only
+    once r1 holds them; r3 asks ahead (cut through) and trails r2 by a flat 5 ms."""
+    from bench.trace_report import TRAIL_SPAN, report
+
+    n = 4 * TRAIL_SPAN
+
+    def fetch(node: str, addr: str, src: str, at: Any, ask: Any) -> list[dict[str, Any]]:
+        base = {"node": node, "model": "m", "version": 1}
+        out = [{**base, "t": 0.0, "ev": "begin", "chunks": n, "held": 0, "addr": addr}]
+        for c in range(n):
+            out.append({**base, "t": ask(c), "ev": "ask", "chunk": c, "src": src, "dup": False})
+            out.append({**base, "t": at(c), "ev": "got", "chunk": c, "src": src, "s": 0.03})
+        return out
+
+    def r1(c: int) -> float:
+        return 0.034 * (c + 1)
+
+    def r2(c: int) -> float:
+        return r1(c) + 0.010 + 0.002 * c
+
+    traces = {
+        "r1": fetch("r1", "a:1", "a:0", r1, lambda c: 0.0),
+        "r2": fetch("r2", "a:2", "a:1", r2, lambda c: r1(c) + 0.001),
+        "r3": fetch("r3", "a:3", "a:2", lambda c: r2(c) + 0.005, lambda c: r2(c) - 0.05),
+    }
+    for node, events in traces.items():
+        (tmp_path / f"{node}-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run,) = report(tmp_path)
+    links = {(k["up"], k["node"]): k for k in run["trails"]}
+    assert set(links) == {("r1", "r2"), ("r2", "r3")}  # (r1's source traced nothing)
+    slow, flat = links["r1", "r2"], links["r2", "r3"]
+    assert slow["chunks"] == n and slow["asked_ahead"] == 0.0
+    assert slow["growth_ms_per_chunk"] == pytest.approx(2.0)
+    assert slow["last_ms"] - slow["first_ms"] == pytest.approx(2.0 * (n - TRAIL_SPAN))
+    assert flat["asked_ahead"] == 1.0 and flat["growth_ms_per_chunk"] == pytest.approx(0.0)
+    assert flat["first_ms"] == pytest.approx(5.0) == flat["last_ms"]
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
     reason="bench/linerate.py needs root, ip and tc (network namespaces)",
