@@ -604,7 +604,24 @@ def _round(
             r["cpu_over_chain"] = r["cpu_seconds_per_gb"] / results["chain"]["cpu_seconds_per_gb"]
         if (landed := results.get("chain (landed)")) is not None:
             r["cpu_over_landed_chain"] = r["cpu_seconds_per_gb"] / landed["cpu_seconds_per_gb"]
+    if isinstance(fabric, Fabric):
+        full = fabric.rate_mbit * 1e6 / 8 / 1e9  # (GB a second one NIC takes in)
+        # what every receiver of a system takes in a second at its NIC's rate (a slow one
+        # at its own); p2p's one receiver at the full rate
+        into = {"p2p": full}
+        for name, r in results.items():
+            gbps = into.get(name, sum(slow.get(i, args.rate) for i in everyone) * full / args.rate)
+            r["cpu_cores_at_line_rate"] = cpu_at_line_rate(r["cpu_seconds_per_gb"], gbps)
     return results
+
+
+def cpu_at_line_rate(cpu_seconds_per_gb: float, gb_per_second: float) -> float:
+    """The cores a system would keep busy moving ``gb_per_second`` into its receivers (every
+    NIC at its rate) at the CPU per GB it was measured at: above the machine's core count,
+    this host cannot run it at line rate, whatever the protocol does (N=8 at 1 Gbit/s on
+    2 cores: tensorhub 2.0-2.4 cores, its last receiver 1.04-1.26x one copy; N=3: 0.8, and
+    1.009x; docs/results.md, session 42)."""
+    return cpu_seconds_per_gb * gb_per_second
 
 
 def _label(preset_name: str) -> str:
@@ -664,6 +681,7 @@ _MEDIANS = (
     "victim_over_its_bound",
     "cpu_over_chain",
     "cpu_over_landed_chain",
+    "cpu_cores_at_line_rate",
 )
 """The figures a multi-round run reports as their median over the rounds (a round that
 broke, None, counts as the slowest)."""
@@ -815,6 +833,7 @@ def main() -> None:
             "CPU busy",
             *(["CPU / chain"] if by_chain else []),
             *(["CPU / landed"] if by_landed else []),
+            *([f"cores at line rate (of {os.cpu_count()})"] if not loopback else []),
             "sim. median",
             *([f"r{victim} / its bound (sim.)"] if args.case in ("slow", "late") else []),
             *(["step 1 / one copy"] if args.steps > 1 else []),
@@ -830,6 +849,7 @@ def main() -> None:
                 f"{100 * r['cpu_busy_fraction']:.0f} %",
                 *([f"{r['cpu_over_chain']:.2f}"] if by_chain else []),
                 *([f"{r['cpu_over_landed_chain']:.2f}"] if by_landed else []),
+                *([f"{r['cpu_cores_at_line_rate']:.2f}"] if not loopback else []),
                 _simulated(r),
                 *([_victim(r)] if args.case in ("slow", "late") else []),
                 *([_first_step(r)] if args.steps > 1 else []),

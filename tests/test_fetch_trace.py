@@ -276,10 +276,20 @@ def test_linerate_traces_each_round_beside_the_simulators_and_the_report_reads_b
 ) -> None:
     """``bench/linerate.py --trace DIR``: the Hub processes of a round write their
     timelines into ``round1-node`` (every receiver, every chunk), and the simulator's of
-    the same round goes beside it (``round1-node-simulated``); the report reads both."""
-    where = tmp_path / "trace"
+    the same round goes beside it (``round1-node-simulated``); the report reads both.
+    Each row says how many cores its CPU per GB would keep busy at line rate (every
+    receiver's NIC full: two at 400 Mbit/s, p2p's one)."""
+    where, out = tmp_path / "trace", tmp_path / "lr.json"
     cmd = ["bench/linerate.py", "--receivers", "2", "--size", "16MiB", "--rate", "400"]
-    _run_ok([*cmd, "--systems", "p2p,tensorhub", "--trace", str(where)], timeout=300)
+    _run_ok(
+        [*cmd, "--systems", "p2p,tensorhub", "--trace", str(where), "--json", str(out)],
+        timeout=300,
+    )
+    got = json.loads(out.read_text())
+    for system, receivers in (("p2p", 1), ("tensorhub", 2)):
+        r = got[system]
+        want = r["cpu_seconds_per_gb"] * receivers * 0.05  # (400 Mbit/s: 0.05 GB/s)
+        assert r["cpu_cores_at_line_rate"] == pytest.approx(want), system
     assert sorted(d.name for d in where.iterdir()) == ["round1-node", "round1-node-simulated"]
     runs = {r["run"]: r for r in _report(where, tmp_path / "report.json")}
     for run in runs.values():
