@@ -619,8 +619,8 @@ def cpu_at_line_rate(cpu_seconds_per_gb: float, gb_per_second: float) -> float:
     """The cores a system would keep busy moving ``gb_per_second`` into its receivers (every
     NIC at its rate) at the CPU per GB it was measured at: above the machine's core count,
     this host cannot run it at line rate, whatever the protocol does (N=8 at 1 Gbit/s on
-    2 cores: tensorhub 2.0-2.4 cores, its last receiver 1.04-1.26x one copy; N=3: 0.8, and
-    1.009x; docs/results.md, session 42)."""
+    2 cores: tensorhub 2.0-2.4 cores in rounds without a lag verdict, its last receiver
+    1.04-1.26x one copy; N=3: 0.8, and 1.009x; docs/results.md, session 42)."""
     return cpu_seconds_per_gb * gb_per_second
 
 
