@@ -59,6 +59,23 @@ def enter(ns: str | None) -> None:
             raise OSError(err, f"setns into {ns}: {os.strerror(err)}")
 
 
+GSO_MAX = 64 << 10
+"""The largest packet a veth hands its qdisc (its ``gso_max_size``): TCP's segmentation
+offload sends up to this much as one packet."""
+
+
+def tbf_burst(mbit: float, mtu: int) -> int:
+    """A NIC's token bucket, in bytes: a few MTUs and at least 1 ms of the rate (enough for
+    line rate, too little to hide the limit), and never below two offloaded packets
+    (``GSO_MAX``). A packet larger than the bucket is cut into MTU-sized ones in software
+    (``tbf_segment``), on the sender's CPU: with a bucket of 1 ms of the rate that was every
+    link under 525 Mbit/s, the half-rate NIC of ``bench/linerate.py --case slow`` and
+    every 250 and 500 Mbit/s run. At 500 Mbit/s, N=8, 256 MiB the raw chain spent 3.0 CPU
+    seconds per GB, 0.84 with this bucket, and tensorhub took 1.66x one copy, 1.056x with
+    it (docs/results.md, session 42)."""
+    return max(4 * mtu, int(mbit * 1e6 / 8 / 1000), 2 * GSO_MAX)
+
+
 @dataclass
 class Fabric:
     """``nodes`` namespaces behind NICs of ``rate_mbit`` (both ways), on one bridge."""
@@ -109,12 +126,10 @@ class Fabric:
         self._made.append(br)
         _run("ip", "link", "add", "br0", "type", "bridge", ns=br)
         _run("ip", "link", "set", "br0", "mtu", str(self.mtu), "up", ns=br)
-        # A token bucket a few MTUs deep (and at least 1 ms of the rate): enough for
-        # line rate, too little to hide the limit.
         for i in range(self.nodes):
             mbit = self.rates.get(i, self.rate_mbit)
             rate = f"{mbit}mbit"
-            burst = str(max(4 * self.mtu, int(mbit * 1e6 / 8 / 1000)))
+            burst = str(tbf_burst(mbit, self.mtu))
             ns, a, b = self.ns(i), f"{PREFIX}{self.tag}a{i}", f"{PREFIX}{self.tag}b{i}"
             _run("ip", "netns", "add", ns)
             self._made.append(ns)
