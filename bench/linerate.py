@@ -604,23 +604,21 @@ def _round(
             r["cpu_over_chain"] = r["cpu_seconds_per_gb"] / results["chain"]["cpu_seconds_per_gb"]
         if (landed := results.get("chain (landed)")) is not None:
             r["cpu_over_landed_chain"] = r["cpu_seconds_per_gb"] / landed["cpu_seconds_per_gb"]
-    if isinstance(fabric, Fabric):
-        full = fabric.rate_mbit * 1e6 / 8 / 1e9  # (GB a second one NIC takes in)
-        # what every receiver of a system takes in a second at its NIC's rate (a slow one
-        # at its own); p2p's one receiver at the full rate
-        into = {"p2p": full}
+    if isinstance(fabric, Fabric):  # (every receiver's NIC full, a slow one at its own rate)
+        every = sum(fabric.rates.get(i, fabric.rate_mbit) for i in everyone)
         for name, r in results.items():
-            gbps = into.get(name, sum(slow.get(i, args.rate) for i in everyone) * full / args.rate)
-            r["cpu_cores_at_line_rate"] = cpu_at_line_rate(r["cpu_seconds_per_gb"], gbps)
+            mbit = fabric.rate_mbit if name == "p2p" else every  # (p2p: one receiver)
+            r["cpu_cores_at_line_rate"] = cpu_at_line_rate(r["cpu_seconds_per_gb"], mbit / 8e3)
     return results
 
 
 def cpu_at_line_rate(cpu_seconds_per_gb: float, gb_per_second: float) -> float:
-    """The cores a system would keep busy moving ``gb_per_second`` into its receivers (every
-    NIC at its rate) at the CPU per GB it was measured at: above the machine's core count,
-    this host cannot run it at line rate, whatever the protocol does (N=8 at 1 Gbit/s on
-    2 cores: tensorhub 2.0-2.4 cores in rounds without a lag verdict, its last receiver
-    1.04-1.26x one copy; N=3: 0.8, and 1.009x; docs/results.md, session 42)."""
+    """The cores a system would keep busy moving ``gb_per_second`` (Mbit/s / 8000) into its
+    receivers (every NIC at its rate) at the CPU per GB it was measured at: above the
+    machine's core count, this host cannot run it at line rate, whatever the protocol does
+    (N=8 at 1 Gbit/s on 2 cores: tensorhub 2.0-2.4 cores in rounds without a lag verdict,
+    its last receiver 1.04-1.26x one copy; N=3: 0.8, and 1.009x; docs/results.md, session
+    42)."""
     return cpu_seconds_per_gb * gb_per_second
 
 
