@@ -2,7 +2,8 @@
 
 Gossip travels over the node's authenticated TCP connections (the same transport as the
 data plane; a stranger can neither read nor inject membership or holder state). A tick is
-20 ms by default, so a protocol period (10 ticks) is 200 ms.
+20 ms by default, so a protocol period (10 ticks) is 200 ms; the driver wakes only for
+the ticks where the core has something to do (``GossipCore.next_due``).
 
 Identity across restarts: with a ``data_dir``, the incarnation and generation are kept in
 ``gossip.state`` (msgpack, written atomically, fsync'd) and bumped on every start, so a
@@ -108,6 +109,11 @@ class GossipNode:
         self.tick_seconds = tick
         self._outbox = PeerOutbox(node, limit=256, backoff=tick * 5, max_backoff=tick * 5)
         self._tasks: list[asyncio.Task[None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0  # the tick the timer is set for
+        self._anchor = (0.0, 0)  # (loop time, the core's tick then): the core's clock
+        self.wakeups = 0
+        """Times the timer woke us (an idle node: a few per round, not one per tick)."""
         self.on_changes: list[Changes] = []
         for t in GOSSIP_TYPES:
             node.control[t] = self._on_message
@@ -115,10 +121,14 @@ class GossipNode:
 
     async def start(self) -> None:
         self.core.join()
+        self._anchor = (asyncio.get_running_loop().time(), self.core.now)
         self._flush()
-        self._tasks.append(asyncio.get_running_loop().create_task(self._ticker()))
+        self._arm()
 
     async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await cancel_all(self._tasks)
         self._tasks.clear()
         await self._outbox.close()
@@ -138,16 +148,19 @@ class GossipNode:
         """Tell the cluster which chunks of (key, version) we hold, verified, whether
         that memory is the application's to reuse (``borrowed``), and whether our relay
         fell behind (``lagging``)."""
+        self._catch_up()
         holding = Holding.of(have, origin, borrowed, lagging)
         self.core.set_local(hold_key(key, version), encode_holding(holding))
 
     def withdraw(self, key: ShardKey, version: int) -> None:
+        self._catch_up()
         self.core.delete_local(hold_key(key, version))
 
     def remember_lag(self, key: ShardKey, version: int, lagged: bool) -> None:
         """Our fetch of (key, version) ended: keep whether our relay fell behind in it as
         our lag memory of ``key``, which every node's next fetch of it reads
         (holders.py), or clear it."""
+        self._catch_up()
         name, value = lag_key(key), encode_lag(version)
         if not lagged:
             self.core.delete_local(name)  # (nothing sent if there was none)
@@ -156,15 +169,51 @@ class GossipNode:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick_seconds)
+    # The core's clock. A tick happens every ``tick_seconds``, but the timer wakes us only
+    # for the ticks the core is due at (GossipCore.next_due): the others only count, and
+    # are counted when we next touch the core (a message, a write, the timer), so its
+    # ``now`` is the same there as a timer every tick would have made it. A late timer
+    # (a busy event loop) is not caught up: the clock moves on from when it fired, as
+    # the old sleep-a-tick loop's did, so a stalled process does not come back to a burst
+    # of expired probe timeouts.
+
+    def _clock(self) -> int:
+        """The tick it is now, by the anchor (set when the timer last fired)."""
+        at, tick = self._anchor
+        return tick + int((asyncio.get_running_loop().time() - at) / self.tick_seconds)
+
+    def _catch_up(self, to: int | None = None) -> None:
+        """Count the ticks up to ``to`` (default: now by the clock) into the core."""
+        to = self._clock() if to is None else to
+        while self.core.now < to:
             self.core.tick()
-            self._flush()
+
+    def _arm(self) -> None:
+        """Set the timer for the tick the core is next due at, if it moved."""
+        due = self.core.next_due()
+        if self._timer is not None:
+            if due == self._due:
+                return
+            self._timer.cancel()
+        at, tick = self._anchor
+        self._due = due
+        self._timer = asyncio.get_running_loop().call_at(
+            at + (due - tick) * self.tick_seconds, self._on_due
+        )
+
+    def _on_due(self) -> None:
+        self._timer = None
+        self.wakeups += 1
+        self._catch_up(self._due)
+        self._anchor = (asyncio.get_running_loop().time(), self.core.now)
+        self._flush()
+        self._arm()
 
     def _on_message(self, _peer: PeerHandler, msg: Message) -> None:
+        self._catch_up()
         self.core.receive(msg)
         self._flush()
+        self._arm()
 
     def _on_status(self, peer: PeerHandler, msg: Message) -> None:
         assert isinstance(msg, GStatusReq)

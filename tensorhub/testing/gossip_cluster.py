@@ -38,11 +38,15 @@ class GossipCluster:
         bootstrapped: bool = True,
         dcs: int = 2,
         racks_per_dc: int = 4,
+        check_due: bool = False,
     ) -> None:
+        """``check_due``: before every node's tick, ask it when it is next due
+        (``GossipCore.next_due``) and fail if a tick before that did more than count."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.cfg = config or GossipConfig()
         self.loss = loss
+        self.check_due = check_due
         self.names = [f"g{i}" for i in range(n)]
         self.addr = {nm: f"addr-{nm}" for nm in self.names}
         self.by_addr = {a: nm for nm, a in self.addr.items()}
@@ -135,7 +139,16 @@ class GossipCluster:
             if nm in self.down or nm in self.paused:
                 continue
             core = self.nodes[nm]
-            core.tick()
+            if self.check_due:
+                due, before, sent = core.next_due(), _busy_state(core), len(core.outbox)
+                core.tick()  # (the outbox holds the replies to what it received already)
+                if core.now < due and (len(core.outbox) > sent or _busy_state(core) != before):
+                    raise AssertionError(
+                        f"seed {self.seed}: {nm} did more than count at tick {core.now}, "
+                        f"before the tick next_due said ({due})"
+                    )
+            else:
+                core.tick()
             if core.outbox:
                 self.inflight.extend(core.outbox)
                 core.outbox.clear()
@@ -193,3 +206,21 @@ class GossipCluster:
 
     def status(self, observer: str, node: str) -> Status | None:
         return self.nodes[observer].status(node)
+
+
+def _busy_state(core: GossipCore) -> tuple[object, ...]:
+    """What a tick changes when it does more than count (``now``): the probe, the probing
+    order and pace, awareness, relayed probes, suspicions and statuses, queued news."""
+    p = core._probe
+    return (
+        None if p is None else (p.seq, p.target, p.start, p.acked, p.indirect, p.nacks),
+        core._next_probe,
+        core._rounds,
+        core.awareness,
+        tuple(sorted(core._relays.items())),
+        tuple(sorted(core._suspects)),
+        tuple((m.name, m.status, m.inc) for m in core.members.records()),
+        len(core.events),
+        core.events[-1] if core.events else None,
+        tuple((name, left) for name, (_u, left) in core._broadcasts.items()),
+    )

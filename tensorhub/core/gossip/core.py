@@ -206,6 +206,30 @@ class GossipCore:
         if self.now % cfg.round_ticks == 0:
             self._round()
 
+    def next_due(self) -> int:
+        """The first tick after ``now`` at which :meth:`tick` may do more than count: the
+        next round, the probe's ack wait or end (or the next probe), a relayed probe's
+        deadline, a suspicion's expiry. Every tick before it only advances ``now``, so a
+        driver may sleep until it and then tick up to it at once; a message received
+        meanwhile can move it (an ack, a refutation raising awareness, a new relay or
+        suspicion), so ask again after :meth:`receive`. Why: an idle node otherwise wakes
+        every tick (50 times a second at 20 ms) to do nothing on nine in ten of them."""
+        cfg = self.cfg
+        scale = 1 + self.awareness
+        due = (self.now // cfg.round_ticks + 1) * cfg.round_ticks
+        p = self._probe
+        if p is not None:
+            if not p.acked and not p.indirect:
+                due = min(due, p.start + cfg.ack_ticks * scale)
+            due = min(due, p.start + cfg.round_ticks * scale - 1)
+        else:
+            due = min(due, self._next_probe)
+        for _addr, _origin, _seq, deadline in self._relays.values():
+            due = min(due, deadline)
+        for name in self._suspects:
+            due = min(due, self.members[name].deadline)
+        return max(due, self.now + 1)
+
     def _round(self) -> None:
         cfg = self.cfg
         self._rounds += 1
