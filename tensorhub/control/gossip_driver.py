@@ -111,7 +111,7 @@ class GossipNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0  # the tick the timer is set for
-        self._anchor = (0.0, 0)  # (loop time, the core's tick then): the core's clock
+        self._anchor: tuple[float, int] | None = None  # (loop time, the core's tick then)
         self.wakeups = 0
         """Times the timer woke us (an idle node: a few per round, not one per tick)."""
         self.on_changes: list[Changes] = []
@@ -126,6 +126,7 @@ class GossipNode:
         self._arm()
 
     async def stop(self) -> None:
+        self._anchor = None  # (a message handled after this sets no timer)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -178,7 +179,10 @@ class GossipNode:
     # of expired probe timeouts.
 
     def _clock(self) -> int:
-        """The tick it is now, by the anchor (set when the timer last fired)."""
+        """The tick it is now, by the anchor (set when the timer last fired); before
+        :meth:`start`, the core's own (nothing counts ticks yet)."""
+        if self._anchor is None:
+            return self.core.now
         at, tick = self._anchor
         return tick + int((asyncio.get_running_loop().time() - at) / self.tick_seconds)
 
@@ -190,6 +194,8 @@ class GossipNode:
 
     def _arm(self) -> None:
         """Set the timer for the tick the core is next due at, if it moved."""
+        if self._anchor is None:  # (not started, or stopped: no timer)
+            return
         due = self.core.next_due()
         if self._timer is not None:
             if due == self._due:
