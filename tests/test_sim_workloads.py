@@ -240,7 +240,12 @@ def _wan_outage(seed: int) -> None:
     cut = run(sc.replace(wan_outage_s=(0.0, 40.0)))  # before any remote rollout pauses
     remote = [h for h in cut.schemes["tensorhub"].rollout_stall if h.startswith("h1.")]
     assert remote
-    assert cut.schemes["tensorhub"].wan_bytes <= 1.3 * sc.size  # invariants checked in run
+    # About one copy into each datacenter (invariants checked in run), not one in all: as
+    # in test_across_datacenters_tensorhub_crosses_the_wan_about_once_into_each, what no
+    # node of the trainers' datacenter held when the trainers let go comes back from the
+    # remote one (seed 491).
+    into = cut.extra["wan_copies_into"]
+    assert into["dc1"] <= 1.3 and into["dc0"] <= 1.3, into
     mine, before = cut.schemes["tensorhub"].rollout_stall, calm.schemes["tensorhub"].rollout_stall
     # The remote datacenter as a whole stalls longer. Not each rollout: one that pauses
     # late can find its datacenter already served and its links quieter than in the calm
@@ -251,6 +256,21 @@ def _wan_outage(seed: int) -> None:
 
 def test_a_wan_outage_stalls_the_remote_dc_and_it_still_finishes_with_one_copy(seed: int) -> None:
     _wan_outage(seed % 1000)
+
+
+def test_wan_outage_regression_seed_491() -> None:
+    """TENSORHUB_SEED=1075491491 (a fresh-clone CI run, session 43; it failed at 50985ea
+    too): 1.375 models crossed the WAN, against the 1.3 the test asserted in all. The
+    first local rollout paused 0.33 s before the trainers let go, and took part of the
+    version from them; the rest was nowhere in their datacenter and came back from the
+    remote one once the outage ended. Once each way, not more (seeds 0-999: at most 0.38
+    into dc0, 1.06 into dc1; five over 1.3 in all, each with 0.37-0.38 into dc0)."""
+    sc = small("crossdc", seed=491, remote_seed=False)
+    local = sc.generation_times(sc.rollout_hosts)[: sc.rollout_hosts - sc.remote_rollouts]
+    assert sc.train_step_s - 1.0 < min(local) < sc.train_step_s  # what makes it happen
+    _wan_outage(491)
+    into = run(sc.replace(wan_outage_s=(0.0, 40.0))).extra["wan_copies_into"]
+    assert 0.0 < into["dc0"] < 1.0 and into["dc1"] == pytest.approx(1.0, abs=0.01), into
 
 
 def test_wan_outage_regression_seed_432() -> None:
