@@ -12,7 +12,7 @@ from tensorhub.io.tcp import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "free_ports", "kill", "spawn"]
+__all__ = ["ROOT", "free_ports", "kill", "run_ok", "spawn"]
 
 
 def spawn(args: list[str], secret: str) -> tuple[subprocess.Popen[str], list[str]]:
@@ -40,3 +40,14 @@ def kill(p: subprocess.Popen[str]) -> None:
     p.wait(10)
     if p.stdout is not None:
         p.stdout.close()
+
+
+def run_ok(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` in the repository root (a benchmark, as someone runs it), its
+    output captured; it must succeed, and its output's tails say why not."""
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc

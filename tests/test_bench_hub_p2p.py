@@ -13,20 +13,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from .procs import ROOT, run_ok
 
 
 def test_hub_p2p_publishes_fetches_and_compares_with_the_raw_socket(tmp_path: Path) -> None:
     out = tmp_path / "hub_p2p.json"
-    proc = subprocess.run(
-        [sys.executable, "bench/hub_p2p.py", "--size", "8MiB", "--runs", "2", "--json", str(out)],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_ok(["bench/hub_p2p.py", "--size", "8MiB", "--runs", "2", "--json", str(out)])
     res = json.loads(out.read_text())
     assert res["verified"] is True
     assert len(res["publish_seconds"]) == len(res["fetch_seconds"]) == 2

@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .procs import run_ok
 
 
 def test_idle_bench_measures_every_process(tmp_path: Path) -> None:
     out = tmp_path / "idle.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "bench/idle.py",
-            "--nodes",
-            "3",
-            "--voters",
-            "1",
-            "--seconds",
-            "1",
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_ok(
+        ["bench/idle.py", "--nodes", "3", "--voters", "1", "--seconds", "1", "--json", str(out)]
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
     nodes = res["nodes"]
     assert sorted(nodes) == ["n0", "n1", "n2"]

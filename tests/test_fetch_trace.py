@@ -10,8 +10,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,8 @@ from tensorhub.dataplane.trace import TRACE_ENV, FetchTrace
 from tensorhub.io.tensors import empty_like_manifest
 
 from .models import same_bytes
+from .procs import run_ok
 from .test_hub import cluster
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_no_trace_unless_the_environment_names_a_directory(
@@ -281,7 +278,7 @@ def test_linerate_traces_each_round_beside_the_simulators_and_the_report_reads_b
     receiver's NIC full: two at 400 Mbit/s, p2p's one)."""
     where, out = tmp_path / "trace", tmp_path / "lr.json"
     cmd = ["bench/linerate.py", "--receivers", "2", "--size", "16MiB", "--rate", "400"]
-    _run_ok(
+    run_ok(
         [*cmd, "--systems", "p2p,tensorhub", "--trace", str(where), "--json", str(out)],
         timeout=300,
     )
@@ -298,17 +295,8 @@ def test_linerate_traces_each_round_beside_the_simulators_and_the_report_reads_b
             assert n["chunks"] >= 4 and sum(n["chunks_from"].values()) == n["chunks"], run
 
 
-def _run_ok(args: list[str], timeout: float) -> None:
-    """Run ``python ARGS`` in the repository root; it must succeed."""
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-
 def _report(where: Path, out: Path) -> list[dict[str, Any]]:
     """bench/trace_report.py on ``where``: the runs its JSON describes."""
-    _run_ok(["bench/trace_report.py", str(where), "--json", str(out)], timeout=120)
+    run_ok(["bench/trace_report.py", str(where), "--json", str(out)], timeout=120)
     runs: list[dict[str, Any]] = json.loads(out.read_text())["runs"]
     return runs
