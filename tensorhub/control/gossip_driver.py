@@ -46,7 +46,7 @@ from ..core.naming import ShardKey
 from ..dataplane.node import Node
 from ..dataplane.peer import PeerHandler
 from ..io.files import atomic_write
-from .outbox import PeerOutbox, cancel_all
+from .outbox import PeerOutbox
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,6 @@ class GossipNode:
         )
         self.tick_seconds = tick
         self._outbox = PeerOutbox(node, limit=256, backoff=tick * 5, max_backoff=tick * 5)
-        self._tasks: list[asyncio.Task[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0  # the tick the timer is set for
         self._anchor: tuple[float, int] | None = None  # (loop time, the core's tick then)
@@ -130,8 +129,6 @@ class GossipNode:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        await cancel_all(self._tasks)
-        self._tasks.clear()
         await self._outbox.close()
 
     # -- holder advertisements -----------------------------------------------------------------
