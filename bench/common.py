@@ -41,6 +41,13 @@ def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used so far, from ``/proc``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def machine() -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),

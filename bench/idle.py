@@ -13,7 +13,6 @@ tick rate (one wakeup per tick is what a timer every tick costs by itself).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -23,21 +22,19 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, print_table, write_json
+from bench.common import machine, print_table, process_cpu, write_json
 from tensorhub.control.gossip_driver import TICK_SECONDS
 from tensorhub.testing.hub_procs import HubProcs, Spec
 
 
 def _usage(pid: int) -> tuple[float, int]:
     """(CPU seconds, context switches) of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     switches = sum(
         int(line.split(":")[1])
         for line in Path(f"/proc/{pid}/status").read_text().splitlines()
         if "ctxt_switches" in line  # (voluntary and not)
     )
-    return cpu, switches
+    return process_cpu(pid), switches
 
 
 def measure(nodes: int, voters: int, seconds: float) -> dict[str, Any]:

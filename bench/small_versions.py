@@ -22,7 +22,6 @@ run, each as a ratio to a bound or baseline:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, parse_size, print_table, write_json
+from bench.common import machine, parse_size, print_table, process_cpu, write_json
 from tensorhub.testing.hub_procs import HubProcs, Spec
 
 MODEL = "lora"
@@ -44,12 +43,6 @@ def _specs(rollouts: int) -> list[Spec]:
         dc = i % 2
         specs.append(Spec(f"r{i}", f"dc{dc}/rack{i % 4}/r{i}", voter=i < 2))
     return specs
-
-
-def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 KEYS = ("gossip_keys", "holder_versions", "replicas")
@@ -84,7 +77,7 @@ def main() -> None:
         c.call(["publisher"], "serve", "p2p", 1, size, 0)
         copies = [c.fetch_all([rollouts[0]], "p2p", 1, c.addr["publisher"])[0] for _ in range(5)]
         one_copy = statistics.median(copies)
-        cpu0 = {n: _cpu(c.procs[n].pid) for n in c.addr}
+        cpu0 = {n: process_cpu(c.procs[n].pid) for n in c.addr}
         commit, manifest, fetch, late = [], [], [], 0
         each: list[list[float]] = []
         series: list[dict[str, int]] = []
@@ -115,7 +108,7 @@ def main() -> None:
             else:
                 late += 1
         wall = time.monotonic() - t_start
-        cpu = {n: (_cpu(c.procs[n].pid) - cpu0[n]) / args.versions for n in c.addr}
+        cpu = {n: (process_cpu(c.procs[n].pid) - cpu0[n]) / args.versions for n in c.addr}
 
     res: dict[str, Any] = {
         "bench": "small_versions",
