@@ -8,11 +8,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tensorhub.io.tcp import free_ports
+from tensorhub.testing.netns import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "free_ports", "kill", "run_ok", "spawn"]
+__all__ = ["ROOT", "free_ports", "kill", "needs_netns", "run_ok", "spawn"]
+
+needs_netns = pytest.mark.skipif(
+    unavailable() is not None, reason=f"network namespaces: {unavailable()}"
+)
+"""For tests that build network namespaces (tensorhub/testing/netns.py): skipped, with the
+reason, without root, ``ip`` or ``tc``."""
 
 
 def spawn(args: list[str], secret: str) -> tuple[subprocess.Popen[str], list[str]]:

@@ -5,15 +5,11 @@ them; the bench checks the fetched bytes against the published ones itself."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from .procs import ROOT, run_ok
+from .procs import ROOT, needs_netns, run_ok
 
 
 def test_hub_p2p_publishes_fetches_and_compares_with_the_raw_socket(tmp_path: Path) -> None:
@@ -26,10 +22,7 @@ def test_hub_p2p_publishes_fetches_and_compares_with_the_raw_socket(tmp_path: Pa
     assert 0 < res["ratio"] < res["ratio_fetch_only"]  # publishing is part of the whole
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-    reason="--net netns needs root, ip and tc",
-)
+@needs_netns
 def test_hub_p2p_on_nic_limited_nodes_runs_each_side_in_its_namespace(tmp_path: Path) -> None:
     """``--net netns``: the publisher and the fetcher each behind a 200 Mbit/s veth. The
     NIC is the limit there, so both paths take about a copy's time at that rate (the

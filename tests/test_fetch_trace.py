@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from tensorhub.dataplane.trace import TRACE_ENV, FetchTrace
 from tensorhub.io.tensors import empty_like_manifest
 
 from .models import same_bytes
-from .procs import run_ok
+from .procs import needs_netns, run_ok
 from .test_hub import cluster
 
 
@@ -264,10 +262,7 @@ def test_the_report_shows_a_link_falling_behind_its_upstream_chunk_by_chunk(
     assert flat["first_ms"] == pytest.approx(5.0) == flat["last_ms"]
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-    reason="bench/linerate.py needs root, ip and tc (network namespaces)",
-)
+@needs_netns
 def test_linerate_traces_each_round_beside_the_simulators_and_the_report_reads_both(
     tmp_path: Path,
 ) -> None:

@@ -4,18 +4,13 @@ the kernel never cuts an offloaded packet in software on the way through it."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 
 import pytest
 
 from tensorhub.testing.netns import GSO_MAX, Fabric, tbf_burst
 
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-    reason="network namespaces with tc need root, ip and tc",
-)
+from .procs import needs_netns
 
 
 @pytest.mark.parametrize("mbit", [100, 250, 500, 524, 750, 1000, 2000, 10000])

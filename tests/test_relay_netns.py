@@ -3,16 +3,11 @@ each behind a veth whose rate ``tc tbf`` limits, as bench/linerate.py runs them.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-    reason="network namespaces with tc need root, ip and tc",
-)
+from .procs import needs_netns
 
 
 @needs_netns
