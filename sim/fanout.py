@@ -42,6 +42,7 @@ def predict_each(
     stops: bool = False,
     steps: int = 1,
     trace: str | Path | None = None,
+    check_due: bool = False,
 ) -> list[float]:
     """Each receiver's time over one copy's (size / rate), simulated, receivers 1..N in
     order, from its own start; ``rates``: receiver -> its NIC's rate (Mbit/s) where not
@@ -54,7 +55,9 @@ def predict_each(
     is killed in the last alone (the bench's ``--steps``). ``trace``: a directory to write
     the last fetch's timeline into (``simulated.jsonl``), in the events a node writes
     under ``TENSORHUB_TRACE`` (seconds of simulated time; the publisher and receivers
-    named as bench/linerate.py names them), for ``bench/trace_report.py``."""
+    named as bench/linerate.py names them), for ``bench/trace_report.py``.
+    ``check_due``: plan every tick and check each call the planner's memo answers
+    (SwarmConfig.check_due; tests)."""
     if steps < 1:
         raise ValueError(f"steps wants a count >= 1, not {steps}")
     lagged: frozenset[int] = frozenset()
@@ -63,7 +66,7 @@ def predict_each(
         last = step == steps
         times, lagged = _fetch(
             receivers, size, rate_mbit, chunk, dataplane, seed, rates, late,
-            killed if last else None, stops, lagged, trace if last else None,
+            killed if last else None, stops, lagged, trace if last else None, check_due,
         )  # fmt: skip
     return times
 
@@ -81,6 +84,7 @@ def _fetch(
     stops: bool,
     lagged_before: frozenset[int],
     trace: str | Path | None = None,
+    check_due: bool = False,
 ) -> tuple[list[float], frozenset[int]]:
     """One fetch of :func:`predict_each`: each receiver's time, and the receivers whose
     relay fell behind."""
@@ -106,6 +110,7 @@ def _fetch(
         early_hints=False,
         tick=NODE_TICK,
         member_grace=dataplane.planner.member_grace,  # (the node's, in its own ticks)
+        check_due=check_due,
     )
     s = Swarm(
         e, net, c, float(size), [hosts[0]], hosts[1:], cfg, seed=seed,

@@ -53,6 +53,7 @@ from tensorhub.core.swarm.session import (
     Send,
     Settle,
 )
+from tensorhub.testing.planner_due import check_quiet_until_due
 
 from .engine import Engine
 from .network import Network, Transfer
@@ -91,6 +92,10 @@ class SwarmConfig:
     # Swarm.__init__). The bench's mirror (sim/fanout.py) passes the node's.
     member_grace: int | None = None
     planner: PlannerConfig = field(default_factory=lambda: SIMULATED.planner)
+    # Tests: plan at every tick of a fetch, as the node's loop wakes, and at each tick the
+    # planner would skip (before ChunkPlanner.next_due) check on a copy that a scan finds
+    # nothing (tensorhub.testing.planner_due). Slow: a copy of a planner per tick.
+    check_due: bool = False
 
     @classmethod
     def of(cls, dataplane: DataPlaneConfig, **rest: Any) -> SwarmConfig:
@@ -144,6 +149,7 @@ class _Node:
     last_sent: float = 0.0  # when the last chunk it served arrived (a trainer's release)
     dead: bool = False
     wake_pending: bool = False
+    due_wake: int = -1  # the planner tick a wake is set for (next_due), -1: none
     news_pending: bool = False  # a peer's news arrived: plan at the next tick
     seen_tick: int = -1  # the planner tick its sources were last marked seen
     inflight: dict[Request, Transfer | None] = field(default_factory=dict)
@@ -205,6 +211,7 @@ Redirect)."""
 
 
 _HOLDER_DRAWS = 8
+_FAR = 1 << 60  # a tick no run reaches: ChunkPlanner.next_due when nothing is due
 """Holders of a chunk drawn at random by Swarm._pick_holder, the nearest live one taken
 (one holder named per chunk: four, the nearest by name, drew fetchers onto the same busy
 holders; standalone, seed 1, the trainers unpublishing: rollouts stalled 18.0 s on
@@ -265,6 +272,7 @@ class Swarm:
         # change, so each planner sees the same object and skips it (seen_all_but) until then.
         self._unlisted: frozenset[str] = frozenset()
         self.on_done: Callable[[str], None] | None = None  # called as each fetcher finishes
+        self.due_checks = 0  # calls check_due found the planner's memo answering (tests)
         self.on_replicated: Callable[[], None] | None = None  # see when_replicated
         self.timeline: Callable[[str, str, dict[str, object]], None] | None = None
         """Called with (fetcher, event, fields) for each event of a fetch's timeline, in
@@ -539,6 +547,8 @@ class Swarm:
         if node.seen_tick != p.now:  # (within a tick, seeing them again changes nothing)
             node.seen_tick = p.now
             session.seen_all_but(self._unlisted)  # the holder view (a crash is seen at once)
+        if self.cfg.check_due:
+            self.due_checks += check_quiet_until_due(p)
         self._perform(f, session.requests(self.e.now))
         if self.timeline is not None and p.relay_upstream != node.traced_up:
             node.traced_up = p.relay_upstream
@@ -552,6 +562,26 @@ class Swarm:
             self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:
             self._wake_later(f)
+        self._wake_when_due(f, p.now + 1 if self.cfg.check_due else p.next_due())
+
+    def _wake_when_due(self, f: str, due: int) -> None:
+        """Plan again at tick ``due`` (the planner's next_due), as the node's fetch loop
+        does: it wakes every tick, and the calls before that tick the planner answers
+        from its memo. Without it a fetch with requests in flight planned only at its
+        next event, and a decision the clock brings (a wait for a link run out, a lag
+        look, a back-off ended) waited for the next chunk to land."""
+        node = self.nodes[f]
+        due = max(due, node.planner.now + 1 if node.planner is not None else due)
+        if due >= _FAR or 0 <= node.due_wake <= due:
+            return  # (never, or a wake set for that tick or sooner plans again then)
+        node.due_wake = due
+
+        def wake() -> None:
+            if node.due_wake == due:
+                node.due_wake = -1
+            self._pump(f)
+
+        self.e.at((due + 1e-6) * self.tick, wake)  # (past the tick: float rounding)
 
     def _wake_later(self, f: str, ticks: int = 2) -> None:
         node = self.nodes[f]

@@ -1373,7 +1373,7 @@ def _twin_inputs(seed: int, relay: bool) -> tuple[int, int]:
                 for p in (a, b):
                     p.failed(r.chunk, r.source, why)
         for i in range(rng.randint(1, 3)):
-            quiet = a._quiet == (a.now, a._changes)
+            quiet = a.next_due() > a.now
             b._quiet = None  # b scans every time,
             b._nearest_of.clear()  # and finds each chunk's nearest holders afresh
             got = a.next_requests()

@@ -124,11 +124,12 @@ class HeadCheck:
             return None
         return self.pace(falling)
 
-    def waiting(self, now: int) -> int:
-        """Ticks a lag verdict has waited on this check (from the first time it asked)."""
+    def waiting_since(self, now: int) -> int:
+        """The tick a lag verdict began to wait on this check (the first time it asked:
+        ``now`` then)."""
         if self._waiting_since is None:
             self._waiting_since = now
-        return now - self._waiting_since
+        return self._waiting_since
 
     def skip(self, head: str) -> None:
         """``head`` will not be checked in this fetch (no probe could be asked: no origin

@@ -480,10 +480,17 @@ class ChunkPlanner:
         """Bumped by every input that may change what a scan finds (:meth:`next_requests`)."""
         self._effects = 0  # bumped by what a scan changes itself (a chunk put to sleep, ...)
         self._quiet: tuple[int, int] | None = None
-        """(tick, changes) of the last call that found nothing and changed nothing: until
-        either moves, another call would find nothing too. A peer's news of a chunk we have
-        changes nothing to ask for; in a 2,048-GPU simulation a third of the calls followed
-        such news, each a futile scan of up to ``SCAN_PATIENCE`` candidates."""
+        """(changes, due) of the last call that found nothing and changed nothing: until an
+        input moves ``changes`` or the clock reaches ``due``, another call would find
+        nothing too. A peer's news of a chunk we have changes nothing to ask for; in a
+        2,048-GPU simulation a third of the calls followed such news, each a futile scan
+        of up to ``SCAN_PATIENCE`` candidates. ``due`` is the first tick at which an
+        answer that call read from the clock would change (:meth:`_before`): a node's
+        fetch loop calls every tick, and between chunks (three ticks apart at 1 Gbit/s)
+        none of those calls asked for anything, yet each planned afresh because the tick
+        had moved (bench/linerate.py, session 43: 490-570 futile calls a fetch)."""
+        self._due = _NEVER
+        """The least tick a comparison with the clock noted in the call under way."""
         self.wan_requests = 0
         for c in range(num_chunks):
             if not self.have[c]:
@@ -596,10 +603,12 @@ class ChunkPlanner:
         self.now += 1
         grace_ends = self._began is not None and self.now == self._began + self.cfg.member_grace
         if grace_ends and self.dc_members:
+            self._changes += 1
             self._reorder()  # members that are not fetching are no longer owners
         while self._alarms and self._alarms[0][0] <= self.now:
             until, c = heappop(self._alarms)
             if self._asleep.get(c) == until:
+                self._changes += 1  # (a chunk back in the pool: a call may ask for it)
                 del self._asleep[c]
                 self._return(c)
 
@@ -684,16 +693,36 @@ class ChunkPlanner:
             self._rack = self._near = None
             self._kept = None
         if src is not None:
-            # News of a chunk we have changes no scan (unless it is the source's first,
-            # or it is alive news, or relay reads how far the source got).
-            new = chunk not in src.chunks and not self.have[chunk]
-            if new or self._seen(name, src) != self.now or not src.chunks or self.relay:
+            # News of a chunk we have changes no scan, unless it is the source's first, or
+            # alive news (an owner's turn reads it; a relay has none), or relay reads how
+            # far the source got; nor does news we had (a repeat: the simulator's hints).
+            fresh = chunk not in src.chunks
+            if not src.chunks:
+                self._changes += 1
+            elif self.relay:
+                if fresh and (not self.have[chunk] or self._reads_reach(name, src)):
+                    self._changes += 1
+            elif (fresh and not self.have[chunk]) or self._seen(name, src) != self.now:
                 self._changes += 1
             src.seen_at = self.now
             if chunk not in src.chunks:
                 src.chunks.add(chunk)
                 src.gained(chunk)
                 self._hold(name, chunk)
+
+    def _reads_reach(self, name: str, src: SourceInfo) -> bool:
+        """Does relay planning read how far ``name`` got (its chunks, its top), as things
+        stand? An origin's and a link's before us in the chain, always: our upstream, a
+        link we skip, the link our upstream relays from. A link after us only while we
+        hold nothing (did the chain go on without us), lag (a laggard ahead of us), or
+        look at our lag (how far back the tail is). In a chain every link tells the one
+        before it of each chunk it gains, which that one holds already: read as news, it
+        made each tick's plan a fresh scan (tests/test_planner_due.py)."""
+        if src.origin or self.lagging or self._lag_seen is not None:
+            return True
+        if self._missing == self.num_chunks:
+            return True
+        return self._chain_key(name) <= self._chain_key(self.me)
 
     def suspend(self, name: str, ticks: int) -> None:
         """Ask ``name`` for nothing new for ``ticks`` (its liveness is in doubt); what is
@@ -716,9 +745,13 @@ class ChunkPlanner:
     def seen_all_but(self, dead: AbstractSet[str]) -> None:
         """The holder view lists every source but ``dead`` as alive now: :meth:`seen_all`
         without a list of names built for each call (the simulator, which knows who died,
-        tells each fetcher at every tick; the lists were a tenth of a 6,144-GPU run)."""
-        self._changes += 1
+        tells each fetcher at every tick; the lists were a tenth of a 6,144-GPU run).
+
+        Only a change of who is dead is news to planning (``_changes``): a source listed
+        alive at every call reads as seen at every call, however far the listing moves."""
         if dead is not self._unlisted:  # (the very set we were given last time: none new)
+            if dead != self._unlisted:
+                self._changes += 1
             sources = self.sources
             for name in dead:  # (the dead are few; the sources, a trainer's every host)
                 if name not in self._unlisted and (src := sources.get(name)) is not None:
@@ -949,7 +982,7 @@ class ChunkPlanner:
             self.relay
             and not src.chunks
             and self._began is not None
-            and self.now < self._began + self.cfg.member_grace
+            and self._before(self._began + self.cfg.member_grace)
         )
 
     def _starting(self, name: str, src: SourceInfo) -> bool:
@@ -957,7 +990,7 @@ class ChunkPlanner:
         since = self._unstarted.get(name)
         return (
             since is not None
-            and self.now < since + RELAY_START_WAIT
+            and self._before(since + RELAY_START_WAIT)
             and self._not_started(name, src)
         )
 
@@ -990,7 +1023,45 @@ class ChunkPlanner:
         return [c for c in range(self.num_chunks) if not self.have[c]]
 
     def _usable(self, src: SourceInfo) -> bool:
-        return not src.banned and src.blocked_until <= self.now
+        return not src.banned and not self._before(src.blocked_until)
+
+    # -- the clock, as planning reads it -------------------------------------------------------
+
+    def _before(self, tick: int) -> bool:
+        """``now < tick``, noting ``tick`` as one at which this answer changes. Planning
+        reads the clock through this (or :meth:`_note`) only, so that a call that finds
+        nothing knows the first tick at which a call could find something without an
+        input (``_quiet``, :meth:`next_due`): every answer it read from the clock stays
+        until then, and so does the path it took."""
+        if self.now < tick:
+            self._due = min(self._due, tick)
+            return True
+        return False
+
+    def _note(self, tick: int) -> None:
+        """Something this call read changes at ``tick`` (if that is still to come)."""
+        if self.now < tick < self._due:
+            self._due = tick
+
+    def next_due(self) -> int:
+        """The first tick at which :meth:`next_requests` may ask for something it would not
+        ask for now, if no input comes meanwhile; ``now`` if a call now may (none was made
+        since the last input, or the last one asked for something or changed the plan).
+        A driver that calls every tick may skip the calls before it (each would return
+        nothing and change nothing); it still advances the ticks (:meth:`tick`) and gives
+        every input as it comes. Chunks asleep until a tick (an owner's turn, a holder
+        backed off) and the end of ``member_grace`` count in."""
+        quiet = self._quiet
+        if quiet is None or quiet[0] != self._changes:
+            return self.now
+        due = quiet[1]
+        if self._alarms:
+            due = min(due, self._alarms[0][0])
+        if self._began is not None and self.dc_members:
+            grace = self._began + self.cfg.member_grace
+            if self.now < grace < due:
+                due = grace
+        return due
 
     def _candidates(self) -> Iterator[int]:
         """Requestable chunks: rarest first (seeded order within a rarity), or in the plain
@@ -1013,15 +1084,17 @@ class ChunkPlanner:
 
     def next_requests(self) -> list[Request]:
         """New requests to send now, within every limit."""
-        if self._quiet == (self.now, self._changes):
-            return []  # nothing changed since a call found nothing
+        quiet = self._quiet
+        if quiet is not None and quiet[0] == self._changes and self.now < quiet[1]:
+            return []  # nothing changed since a call found nothing, and nothing is due
         if self._began is None:
             self._began = self.now
             self._effects += 1
         effects = self._effects
+        self._due = _NEVER
         out = self._next_requests()
         if not out and self._effects == effects:
-            self._quiet = (self.now, self._changes)
+            self._quiet = (self._changes, self._due)
         return out
 
     def _next_requests(self) -> list[Request]:
@@ -1075,7 +1148,7 @@ class ChunkPlanner:
         sources changed or a back-off ended, the room kept current by :meth:`_in_flight`
         (so a request that fills its source takes it out at once; a copy per call for the
         caller to do so was 3 % of a 10,240-GPU simulation)."""
-        if self._kept is None or self.now >= self._kept_until:
+        if self._kept is None or not self._before(self._kept_until):
             now, per_source = self.now, self.cfg.per_source
             ranks: dict[str, int] = {}
             room: set[str] = set()
@@ -1090,6 +1163,7 @@ class ChunkPlanner:
                 if s.inflight < per_source:
                     room.add(n)
             self._kept, self._room, self._kept_until = ranks, room, until
+            self._note(until)
         return self._kept, self._room
 
     def _in_flight(self, name: str, src: SourceInfo, delta: int) -> None:
@@ -1129,11 +1203,19 @@ class ChunkPlanner:
         self._nearest_of.pop(chunk, None)
 
     def _expire_blocks(self) -> None:
+        """Blocks that ended; the first tick another one ends is noted (:meth:`_before`)."""
         blocked = self._blocked
         if blocked:
-            for key in [k for k, until in blocked.items() if until <= self.now]:
+            now, soonest, ended = self.now, _NEVER, []
+            for key, until in blocked.items():
+                if until <= now:
+                    ended.append(key)
+                elif until < soonest:
+                    soonest = until
+            for key in ended:
                 del blocked[key]
                 self._nearest_of.pop(key[1], None)
+            self._note(soonest)
 
     def _relayed(self, budget: int) -> list[Request] | None:
         """``relay``'s requests, or None where the swarm decides: we have no upstream, or
@@ -1284,7 +1366,7 @@ class ChunkPlanner:
         if up is not was or frontier != run:
             self._effects += 1
             self._relay_waits = (up, frontier, self.now)
-        return self.now >= self._relay_waits[2] + RELAY_WAIT + more
+        return not self._before(self._relay_waits[2] + RELAY_WAIT + more)
 
     def _upstream(self) -> str | None:
         """Whom we relay from (``relay``): the nearest node before us in our datacenter's
@@ -1297,15 +1379,16 @@ class ChunkPlanner:
         me = self.me
         chain = self._links()
         self._start_news_from = None
-        if self._began is None or self.now < self._began + self.cfg.member_grace:
+        if self._began is None or self._before(self._began + self.cfg.member_grace):
             # (Not one we lost a moment ago, which the membership still lists: a link killed
             # mid-run refused each connection at once, and its downstream asked it again
             # some 8,000 times in the half second of member_grace; tests/test_launch.py.)
-            removed, gone = self._removed, self.now - self.cfg.gone_ticks
+            removed, gone = self._removed, self.cfg.gone_ticks
             chain.update(
                 n
                 for n in (*self.dc_fetchers, *self.dc_members)
-                if n not in self.sources and removed.get(n, gone) <= gone
+                if n not in self.sources
+                and ((lost := removed.get(n)) is None or not self._before(lost + gone))
             )
         else:  # members never heard of as holders since are not links any more
             chain -= {n for n in self._assumed if not self.sources[n].chunks} - set(
@@ -1326,10 +1409,12 @@ class ChunkPlanner:
         skipped = False  # a live link between us and our upstream (see _note_lag)
         waiting: str | None = None  # the nearest link that has not begun, waited for
         before = sorted((n for n in chain if key(n) < mine), key=key, reverse=True)
-        self._relay_hops = len(before)  # (links between the origin and us: see RELAY_HOP_WAIT)
+        if len(before) != self._relay_hops:  # (the next call's lag look reads it first)
+            self._effects += 1
+            self._relay_hops = len(before)  # (links before us: see RELAY_HOP_WAIT)
         self._relay_before = before
         if lagging and (ahead := self._laggard_ahead(chain, held)) is not None:
-            self._relay_skipped = False
+            self._skipped(False)
             return ahead
         for name in before:
             src = self.sources.get(name)
@@ -1367,11 +1452,11 @@ class ChunkPlanner:
                         self._effects += 1
                         self._start_news_from = name
                     break  # (it may begin in a moment: see RELAY_START_AHEAD)
-                self._relay_skipped = skipped
+                self._skipped(skipped)
                 return name
             skipped = True
         if waiting is not None:
-            self._relay_skipped = False
+            self._skipped(False)
             return waiting
         origins = [
             (s.tier, n)
@@ -1379,6 +1464,14 @@ class ChunkPlanner:
             if s.origin and s.tier < WAN_TIER and self._usable(s)
         ]
         return min(origins)[1] if origins else None
+
+    def _skipped(self, skipped: bool) -> None:
+        """Whether our upstream is past a live link (``_relay_skipped``), as this call's
+        :meth:`_upstream` found. The next call's lag look reads it before it looks for
+        the upstream again, so a change is an effect of the call (``_quiet``)."""
+        if skipped != self._relay_skipped:
+            self._effects += 1
+            self._relay_skipped = skipped
 
     def _lost(self, name: str, src: SourceInfo) -> bool:
         """Is ``name`` a link we lost (its connection, or a dead verdict) that the holder
@@ -1502,7 +1595,7 @@ class ChunkPlanner:
             return
         if self._joined_late(up):
             return
-        if self.now < self._relay_since + RELAY_START_WAIT:
+        if self._before(self._relay_since + RELAY_START_WAIT):
             return
         least = self._least_lag(up_count, gap)
         if gap - least < min(LAG_FALL, lag):
@@ -1524,6 +1617,7 @@ class ChunkPlanner:
             # Until session 25 the bound was lag, and a half-rate link waited for it.)
             return
         if self._lag_seen is None:  # that far behind: are we still falling behind?
+            self._effects += 1
             self._lag_seen = (self.now, gap, up_count)
             return
         since, then, up_then = self._lag_seen
@@ -1531,9 +1625,9 @@ class ChunkPlanner:
         # A look is a RELAY_START_WAIT of ticks in which the upstream also gained
         # LAG_WATCH_CHUNKS: at 250 Mbit/s the ticks alone are a chunk and a half, in which
         # a link at half rate falls less than a chunk further behind.
-        looks = min(
-            (self.now - since) // RELAY_START_WAIT, (up_count - up_then) // LAG_WATCH_CHUNKS
-        )
+        waits = (self.now - since) // RELAY_START_WAIT
+        self._note(since + (waits + 1) * RELAY_START_WAIT)
+        looks = min(waits, (up_count - up_then) // LAG_WATCH_CHUNKS)
         if looks < 1:
             return
         # Still falling behind: by lag // 4 at the first look, by lag // 2 at a later one.
@@ -1542,6 +1636,7 @@ class ChunkPlanner:
         need = lag // 4 if looks < 2 else lag // 2
         if grew < need:
             if looks >= LAG_WATCH:  # a stall (a busy host), not a slow link: it stays
+                self._effects += 1
                 self._forget_lag()  # as far behind as it fell; go on from here
                 self._lag_window.append((up_count, gap))
                 self._gap_seen = gap  # (what a stall from here grows it by: _discount_stall)
@@ -1596,7 +1691,7 @@ class ChunkPlanner:
             return False
         if self._head.pace(falling=True) is not None:
             return True  # (the probe goes out in this call: _check_head)
-        return self._head.waiting(self.now) < HEAD_WAIT
+        return self._before(self._head.waiting_since(self.now) + HEAD_WAIT)
 
     def _forget_lag(self) -> None:
         """Judge our lag afresh: no look under way, no lag seen lately."""
@@ -1650,6 +1745,7 @@ class ChunkPlanner:
         and 2.4x one copy). Discounted, the look goes on through stalls and judges what we
         did while we ran."""
         if self._stall_gap is None and self._gap_seen is not None:
+            self._changes += 1
             self._effects += 1
             self._stall_gap = self._gap_seen
 
@@ -1787,6 +1883,7 @@ class ChunkPlanner:
             and s.inflight < self.cfg.per_source
         ]
         if not origins:
+            self._effects += 1  # (a lag look reads it: see _quiet)
             self._head.skip(up)  # (no check this fetch: a lag verdict may not wait on it)
             return []
         origin = min(origins)[1]
@@ -1799,6 +1896,7 @@ class ChunkPlanner:
         ):
             c -= 1
         if c <= src.top + self.cfg.per_source:
+            self._effects += 1
             self._head.skip(up)  # (nothing far enough ahead of the head's stream)
             return []
         self._effects += 1
@@ -2033,7 +2131,7 @@ class ChunkPlanner:
         order = self._owners.get(chunk)
         if order is None:
             members = (
-                self.dc_members if self.now < (self._began or 0) + self.cfg.member_grace else []
+                self.dc_members if self._before((self._began or 0) + self.cfg.member_grace) else []
             )
             order = self._owners[chunk] = owner_order(chunk, [*self.dc_fetchers, *members])
         return self._our_turn(chunk, order, self._waiting)
@@ -2080,7 +2178,7 @@ class ChunkPlanner:
             since = waiting[chunk] = self.now
             self._effects += 1
         our_turn = since + turn * self.cfg.owner_timeout
-        if self.now < our_turn:
+        if self._before(our_turn):
             self._sleep(chunk, our_turn)
             return False
         # Our turn by the clock; but an owner ahead of us that the holder view still lists
@@ -2092,7 +2190,7 @@ class ChunkPlanner:
             for ahead in order[:turn]
             if (s := self.sources.get(ahead)) is not None
             and not s.banned
-            and self.now - (seen := self._seen(ahead, s)) < self.cfg.owner_timeout
+            and self._before((seen := self._seen(ahead, s)) + self.cfg.owner_timeout)
         ]
         if alive:
             self._sleep(chunk, min(alive) + self.cfg.owner_timeout)
