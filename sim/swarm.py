@@ -562,16 +562,15 @@ class Swarm:
             self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:
             self._wake_later(f)
-        self._wake_when_due(f, p.now + 1 if self.cfg.check_due else p.next_due())
+        self._wake_when_due(f, p.now + 1 if self.cfg.check_due else max(p.next_due(), p.now + 1))
 
     def _wake_when_due(self, f: str, due: int) -> None:
-        """Plan again at tick ``due`` (the planner's next_due), as the node's fetch loop
-        does: it wakes every tick, and the calls before that tick the planner answers
-        from its memo. Without it a fetch with requests in flight planned only at its
-        next event, and a decision the clock brings (a wait for a link run out, a lag
-        look, a back-off ended) waited for the next chunk to land."""
+        """Plan again at tick ``due`` (the planner's next_due, past the tick we are in), as
+        the node's fetch loop does: it wakes every tick, and the calls before that tick
+        the planner answers from its memo. Without it a fetch with requests in flight
+        planned only at its next event, and a decision the clock brings (a wait for a
+        link run out, a lag look, a back-off ended) waited for the next chunk to land."""
         node = self.nodes[f]
-        due = max(due, node.planner.now + 1 if node.planner is not None else due)
         if due >= _FAR or 0 <= node.due_wake <= due:
             return  # (never, or a wake set for that tick or sooner plans again then)
         node.due_wake = due
