@@ -17,9 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["ROOT", "free_ports", "kill", "needs_netns", "run_ok", "spawn"]
 
-needs_netns = pytest.mark.skipif(
-    unavailable() is not None, reason=f"network namespaces: {unavailable()}"
-)
+_NO_NETNS = unavailable()
+needs_netns = pytest.mark.skipif(_NO_NETNS is not None, reason=f"network namespaces: {_NO_NETNS}")
 """For tests that build network namespaces (tensorhub/testing/netns.py): skipped, with the
 reason, without root, ``ip`` or ``tc``."""
 

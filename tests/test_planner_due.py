@@ -108,3 +108,30 @@ def test_a_comparison_with_the_clock_left_unnoted_is_caught() -> None:
         p.tick()
     with pytest.raises(DueMissed):
         check_quiet_until_due(p)
+
+
+def test_a_relay_links_news_from_the_link_after_it_is_no_change_once_it_holds_chunks() -> None:
+    """In a chain every link tells the one before it of each chunk it gains, which that
+    one holds already. A relay reads how far a link after it got only while it holds
+    nothing, lags, or looks at its lag (``_reads_reach``); otherwise such news must leave
+    the memo standing (counted in the node, N=8, 256 MiB: 34 of 214 calls a receiver
+    answered from the memo with it taken as a change, 53 of 207 without). News from the
+    upstream, and of a chunk we lack, stays a change."""
+    cfg = PlannerConfig(relay=True, relay_min_chunks=1, total=4, per_source=4)
+    p = ChunkPlanner("b", 8, random.Random(0), cfg)
+    p.set_source("a", 1, [])  # before us in the chain: our upstream
+    p.set_source("c", 1, [])  # after us
+    before = p._changes
+    p.add_chunk("c", 0)  # we hold nothing yet: did the chain go on without us?
+    assert p._changes > before
+    p.received(0, "a")
+    before = p._changes
+    p.add_chunk("c", 1)  # a chunk we lack: a change
+    assert p._changes > before
+    before = p._changes
+    p.add_chunk("a", 0)  # our upstream's reach: a change
+    assert p._changes > before
+    before = p._changes
+    p.add_chunk("c", 0)  # held already (by us), from a link after us: none
+    p.add_chunk("c", 0)  # and a repeat: none either
+    assert p._changes == before

@@ -629,16 +629,7 @@ class ChunkPlanner:
         for this fetch (as it does itself)."""
         if name == self.me:
             return
-        known = self.sources.get(name)
-        # News to planning (``_changes``) only if it changes something a plan reads: the
-        # holder view gives every holder's listing again at each change of any.
-        news = (
-            known is None
-            or (known.tier, known.origin) != (tier, origin)
-            or (lagging and name not in self._lagging)
-            or name in self._not_begun
-            or (not self.relay and self._seen(name, known) != self.now)  # (alive news)
-        )
+        self._changes += 1
         if lagging and name not in self._lagging:
             self._effects += 1
             self._lagging.add(name)
@@ -650,7 +641,6 @@ class ChunkPlanner:
             # chunk by chunk. The swarm draws from all of them at once.
             self.relay = False
             self._effects += 1
-            news = True
         src = self.sources.get(name)
         if src is None:
             src = self.sources[name] = SourceInfo(tier, set(), origin, seen_at=self.now)
@@ -665,22 +655,13 @@ class ChunkPlanner:
             src.seen_at = self.now
         if full:
             if name not in self._full:
-                news = True
                 self._promote(name, src)
-            if news:
-                self._changes += 1
             return
         assert chunks is not None
-        fresh = set(chunks) - src.chunks if name not in self._full else set()
-        if fresh and not news:
-            lacked = any(not self.have[c] for c in fresh)
-            news = lacked or (self.relay and self._reads_reach(name, src))
-        for c in fresh:
+        for c in set(chunks) - src.chunks if name not in self._full else ():
             src.chunks.add(c)
             src.gained(c)
             self._hold(name, c)
-        if news:
-            self._changes += 1
 
     def set_lagged_before(self, names: Iterable[str]) -> None:
         """``relay``: links (us, perhaps) that fell behind in their last fetch of this key
