@@ -42,6 +42,7 @@ from tensorhub.core.swarm import (
     UploadSlots,
     holder_seeder,
 )
+from tensorhub.core.swarm.planner import NEVER
 from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
 from tensorhub.core.swarm.serve import Verdict, past_laggards, seed_context, serve_decision
 from tensorhub.core.swarm.session import (
@@ -211,7 +212,6 @@ Redirect)."""
 
 
 _HOLDER_DRAWS = 8
-_FAR = 1 << 60  # a tick no run reaches: ChunkPlanner.next_due when nothing is due
 """Holders of a chunk drawn at random by Swarm._pick_holder, the nearest live one taken
 (one holder named per chunk: four, the nearest by name, drew fetchers onto the same busy
 holders; standalone, seed 1, the trainers unpublishing: rollouts stalled 18.0 s on
@@ -571,7 +571,7 @@ class Swarm:
         planned only at its next event, and a decision the clock brings (a wait for a
         link run out, a lag look, a back-off ended) waited for the next chunk to land."""
         node = self.nodes[f]
-        if due >= _FAR or 0 <= node.due_wake <= due:
+        if due >= NEVER or 0 <= node.due_wake <= due:
             return  # (never, or a wake set for that tick or sooner plans again then)
         node.due_wake = due
 

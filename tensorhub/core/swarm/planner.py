@@ -63,7 +63,9 @@ from .headcheck import HEAD_CHUNKS, HEAD_MIN_MISSING, HEAD_SETTLE, HEAD_WAIT, He
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
 _NONE = 1 << 30  # "no rank": no holder of a chunk may be asked now
-_NEVER = 1 << 62  # a tick no fetch reaches
+NEVER = 1 << 62
+"""A tick no fetch reaches: what :meth:`ChunkPlanner.next_due` answers when nothing is due
+(the simulator reads it to set no wake)."""
 RELAY_PATIENCE = 3
 """Times a relay's upstream may say it lacks a chunk ahead of what it holds before the
 chunk is left to the swarm (a live upstream gets it within a few ticks)."""
@@ -489,7 +491,7 @@ class ChunkPlanner:
         fetch loop calls every tick, and between chunks (three ticks apart at 1 Gbit/s)
         none of those calls asked for anything, yet each planned afresh because the tick
         had moved (bench/linerate.py, session 43: 490-570 futile calls a fetch)."""
-        self._due = _NEVER
+        self._due = NEVER
         """The least tick a comparison with the clock noted in the call under way."""
         self.wan_requests = 0
         for c in range(num_chunks):
@@ -1091,7 +1093,7 @@ class ChunkPlanner:
             self._began = self.now
             self._effects += 1
         effects = self._effects
-        self._due = _NEVER
+        self._due = NEVER
         out = self._next_requests()
         if not out and self._effects == effects:
             self._quiet = (self._changes, self._due)
@@ -1152,7 +1154,7 @@ class ChunkPlanner:
             now, per_source = self.now, self.cfg.per_source
             ranks: dict[str, int] = {}
             room: set[str] = set()
-            until = _NEVER
+            until = NEVER
             for n, s in self.sources.items():
                 if s.banned:
                     continue
@@ -1206,7 +1208,7 @@ class ChunkPlanner:
         """Blocks that ended; the first tick another one ends is noted (:meth:`_before`)."""
         blocked = self._blocked
         if blocked:
-            now, soonest, ended = self.now, _NEVER, []
+            now, soonest, ended = self.now, NEVER, []
             for key, until in blocked.items():
                 if until <= now:
                     ended.append(key)
