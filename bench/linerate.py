@@ -292,6 +292,145 @@ def _raw(
     return out
 
 
+GLOO_PORT = PORT + 1
+"""The publisher's rendezvous store for ``gloo`` (torch.distributed's ``TCPStore``)."""
+JOIN_TIMEOUT = 300
+"""Seconds a gloo rank may take to start, import torch and join its group."""
+
+
+def _gloo_rank(
+    ns: str | None,
+    master: str,
+    rank: int,
+    world: int,
+    size: int,
+    timeout_s: float,
+    pipe: mpc.Connection,
+) -> None:
+    """One member of ``gloo``: rank 0 the publisher, rank k receiver k. Joins the group
+    (every pair connected), makes and touches the model (``size`` bytes, one flat tensor:
+    one collective, the best case for gloo), then on "go" broadcasts it from rank 0 and
+    reports when it had it."""
+    enter(ns)
+    os.environ["GLOO_SOCKET_IFNAME"] = "eth0" if ns is not None else "lo"
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # (c10d warns of each unnamed peer address)
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{master}:{GLOO_PORT}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    model = torch.full((size,), 1 if rank == 0 else 0, dtype=torch.uint8)
+    dist.barrier()
+    pipe.send(("ready",))
+    pipe.recv()  # go
+    t0 = time.time()
+    try:
+        dist.broadcast(model, src=0)
+        raised = False
+    except RuntimeError:  # a member died mid-broadcast: the collective failed here
+        raised = True
+    t1 = time.time()
+    # A rank whose own copy had landed before a send of its failed holds the model (its
+    # call returned, raising, at t1).
+    whole = rank == 0 or (bool(model[:: 1 << 16].eq(1).all()) and int(model[-1]) == 1)
+    pipe.send(("end", t0, t1, size if whole else 0))
+    if raised:
+        os._exit(0)  # (tearing the group down would wait on the dead member too)
+    dist.destroy_process_group()
+
+
+def _gloo(
+    fabric: Nodes,
+    receivers: list[int],
+    size: int,
+    one: float,
+    case: Case | None = None,
+) -> dict[str, Any]:
+    """``torch.distributed.broadcast`` over gloo, the collective a PyTorch job without
+    NCCL moves weights with: publisher rank 0, each receiver a rank in its namespace.
+    Gloo's broadcast is a binomial tree, whole buffers, not pipelined (gloo/broadcast.cc:
+    in round i each rank that has the data sends it all to the rank 2^i past it, the
+    root's sends all at once), so the root sends ceil(log2(N + 1)) copies and the last
+    receiver waits on that many rounds. With ``case``, its victim is killed or slow, or
+    the group (a static one, as the chain's) begins once a late victim is there; a rank
+    that waits on a killed one gives up after gloo's timeout and counts as short. Gloo's
+    sockets take no option of ours, so they run under the namespaces' default congestion
+    control, whatever ``--cc`` says (recorded as ``congestion_control``)."""
+    world = len(receivers) + 1
+    rounds = (world - 1).bit_length()  # log2ceil(world): gloo's rounds, the root's sends
+    timeout_s = 10.0 + 4.0 * rounds * one
+    ctx = mp.get_context("spawn")
+    pipes: dict[int, mpc.Connection] = {}
+    procs: dict[int, mp.process.BaseProcess] = {}
+    try:
+        for rank in [0, *receivers]:
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(
+                target=_gloo_rank,
+                args=(fabric.ns(rank), fabric.ip(0), rank, world, size, timeout_s, theirs),
+                daemon=True,
+            )
+            p.start()
+            pipes[rank], procs[rank] = mine, p
+        for rank, pipe in pipes.items():  # (nine processes importing torch on two cores)
+            try:
+                if not pipe.poll(JOIN_TIMEOUT) or pipe.recv() != ("ready",):
+                    raise RuntimeError(f"gloo rank {rank} did not join in {JOIN_TIMEOUT} s")
+            except EOFError:
+                raise RuntimeError(
+                    f"gloo rank {rank} exited before it joined (its stderr: why)"
+                ) from None
+        start = _cpu_now()
+        began = time.time()
+        if case is not None and case.kind == "late":
+            time.sleep(case.kill_after)  # (everyone waits for the late one)
+        for pipe in pipes.values():
+            pipe.send("go")
+        if case is not None and case.kind == "killed":
+            time.sleep(case.kill_after)
+            procs[case.victim].kill()
+        ends: dict[int, tuple[float, float, int]] = {}
+        for rank, pipe in pipes.items():
+            with contextlib.suppress(EOFError):  # (the victim's pipe: it was killed)
+                if pipe.poll(timeout_s + 30):
+                    _, t0, t1, got = pipe.recv()
+                    ends[rank] = (t0, t1, got)
+        cpu = _cpu_use(start, size * len(receivers))
+        for member in procs.values():
+            member.join(10)
+    finally:
+        for member in procs.values():
+            if member.is_alive():
+                member.kill()
+    t0 = began if case is not None and case.kind == "late" else ends.get(0, (began,))[0]
+    healthy = [i for i in receivers if case is None or i != case.victim]
+    short = [i for i in healthy if ends.get(i, (0.0, 0.0, 0))[2] != size]
+    if short and case is None:
+        raise RuntimeError(f"gloo: receiver {short[0]} did not get the model")
+    out: dict[str, Any] = {
+        "seconds": max(ends[i][1] for i in healthy) - t0 if not short else None,
+        "healthy_short": len(short),
+        "publisher_egress_models": float(rounds),
+        "congestion_control": (
+            fabric.congestion_control()
+            if isinstance(fabric, Fabric)
+            else _host_congestion_control()
+        ),
+        **cpu,
+    }
+    if case is not None and case.kind != "killed" and case.victim in ends:
+        late = case.kill_after if case.kind == "late" else 0.0
+        out["victim_seconds"] = ends[case.victim][1] - t0 - late
+    return out
+
+
 class _Sampler(threading.Thread):
     """Every node's NIC byte counters, every ``every`` seconds, until stopped: where in the
     run the links sat idle."""
@@ -570,6 +709,8 @@ def _round(
         results["chain (landed)"] = _raw(
             fabric, everyone, chain=True, size=size, case=case, land=True
         )
+    if "gloo" in systems and args.case != "stops":  # (its root must send to every subtree)
+        results["gloo"] = _gloo(fabric, everyone, size, one, case)
     if "tensorhub" in systems:
         names = args.presets.split(",")
         # Each round begins with another preset: in a fixed order the second preset of a
@@ -871,6 +1012,11 @@ def main() -> None:
                     for p in each["phases"]
                 )
             )
+    if (gloo := results.get("gloo")) is not None and gloo["congestion_control"] != cc:
+        print(
+            f"gloo ran under TCP {gloo['congestion_control']}, not {cc}: its sockets take no "
+            "option, and a namespace defaults only to one the host allows"
+        )
     for name, r in results.items():
         if "simulator_error" in r:
             err = r["simulator_error"]

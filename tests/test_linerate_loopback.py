@@ -26,15 +26,16 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_loopback_fan_out_reports_cpu_against_the_chain_and_moves_every_model(
     tmp_path: Path,
 ) -> None:
-    """Three receivers of 24 MiB (1 MiB chunks: a relay's size) beside the raw chain, and
-    the chain that keeps what it relays, in the same run: every receiver gets the model
+    """Three receivers of 24 MiB (1 MiB chunks: a relay's size) beside the raw chain, the
+    chain that keeps what it relays and gloo's broadcast (torch.distributed, four ranks:
+    a binomial tree of two rounds), in the same run: every receiver gets the model
     from a publisher that sends one, every row has its CPU per GB over each chain's (each
     chain's own is 1), and nothing a NIC would measure
     (rate, line-rate phases, the simulator's prediction) is made up where there is none."""
     out = tmp_path / "lb.json"
     run = _bench(
         "--receivers", "3", "--size", "24MiB", "--chunk", "1MiB",
-        "--systems", "p2p,chain,chain-landed,tensorhub", "--json", str(out),
+        "--systems", "p2p,chain,chain-landed,gloo,tensorhub", "--json", str(out),
     )  # fmt: skip
     print(run.stdout, run.stderr)
     assert run.returncode == 0
@@ -47,6 +48,10 @@ def test_the_loopback_fan_out_reports_cpu_against_the_chain_and_moves_every_mode
     landed = got["chain (landed)"]
     assert landed["healthy_short"] == 0 and landed["cpu_over_landed_chain"] == 1.0
     assert landed["publisher_egress_models"] == 1.0
+    gloo = got["gloo"]  # (each rank checks the bytes it got; one short fails the run)
+    assert gloo["healthy_short"] == 0 and gloo["seconds"] > 0
+    assert gloo["publisher_egress_models"] == 2.0  # (the root's sends: ranks 1 and 2)
+    assert gloo["cpu_over_chain"] == gloo["cpu_seconds_per_gb"] / chain["cpu_seconds_per_gb"]
     assert hub["healthy_short"] == 0 and len(hub["ends"]) == 3
     # Every receiver took in a whole model, the publisher sent about one (a relay).
     into = {r: sum(b for k, b in hub["links"].items() if k.endswith(f">{r}")) for r in hub["ends"]}

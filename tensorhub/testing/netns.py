@@ -147,6 +147,20 @@ class Fabric:
                     ns=where,
                 )  # fmt: skip
 
+    def congestion_control(self) -> str:
+        """The TCP congestion control a socket in the nodes' namespaces gets when it sets
+        none (gloo's): the host's default when the namespaces were made. A namespace may
+        default only to one the host allows (``tcp_allowed_congestion_control``), so it
+        cannot be set to another without widening the host's list; tensorhub's and the raw
+        systems' sockets set theirs (``io.tcp.use_congestion_control``)."""
+        out = subprocess.run(
+            ["ip", "netns", "exec", self.ns(0), "sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return out.stdout.strip()
+
     def counters(self) -> list[tuple[int, int]]:
         """Bytes each node has sent and received so far, by node index, counted at the
         bridge's end of its veth (one ``ip`` call for all)."""
