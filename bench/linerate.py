@@ -53,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -296,6 +297,7 @@ GLOO_PORT = PORT + 1
 """The publisher's rendezvous store for ``gloo`` (torch.distributed's ``TCPStore``)."""
 JOIN_TIMEOUT = 300
 """Seconds a gloo rank may take to start, import torch and join its group."""
+TORCH_LOG_ENV = "TORCH_CPP_LOG_LEVEL"
 
 
 def _gloo_rank(
@@ -313,7 +315,6 @@ def _gloo_rank(
     reports when it had it."""
     enter(ns)
     os.environ["GLOO_SOCKET_IFNAME"] = "eth0" if ns is not None else "lo"
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # (c10d warns of each unnamed peer address)
     import datetime
 
     import torch
@@ -344,6 +345,23 @@ def _gloo_rank(
     if raised:
         os._exit(0)  # (tearing the group down would wait on the dead member too)
     dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _quiet_c10d() -> Iterator[None]:
+    """Start a process with torch's C++ log at errors only: c10d warns once per peer whose
+    address has no host name (every rank, in namespaces). Read as torch loads, which a
+    spawned child does while it imports this module, so it goes in the environment it
+    inherits; this process's own is left as it was."""
+    old = os.environ.get(TORCH_LOG_ENV)
+    os.environ[TORCH_LOG_ENV] = "ERROR"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[TORCH_LOG_ENV]
+        else:
+            os.environ[TORCH_LOG_ENV] = old
 
 
 def _gloo(
@@ -377,7 +395,8 @@ def _gloo(
                 args=(fabric.ns(rank), fabric.ip(0), rank, world, size, timeout_s, theirs),
                 daemon=True,
             )
-            p.start()
+            with _quiet_c10d():
+                p.start()
             pipes[rank], procs[rank] = mine, p
         for rank, pipe in pipes.items():  # (nine processes importing torch on two cores)
             try:
