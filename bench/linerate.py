@@ -436,6 +436,7 @@ def _gloo(
     out: dict[str, Any] = {
         "seconds": max(ends[i][1] for i in healthy) - t0 if not short else None,
         "healthy_short": len(short),
+        # (gloo's algorithm's; tests/test_linerate_gloo.py reads it off the publisher's NIC)
         "publisher_egress_models": float(rounds),
         "congestion_control": (
             fabric.congestion_control()

@@ -50,7 +50,6 @@ def test_the_loopback_fan_out_reports_cpu_against_the_chain_and_moves_every_mode
     assert landed["publisher_egress_models"] == 1.0
     gloo = got["gloo"]  # (each rank checks the bytes it got; one short fails the run)
     assert gloo["healthy_short"] == 0 and gloo["seconds"] > 0
-    assert gloo["publisher_egress_models"] == 2.0  # (the root's sends: ranks 1 and 2)
     assert gloo["cpu_over_chain"] == gloo["cpu_seconds_per_gb"] / chain["cpu_seconds_per_gb"]
     assert hub["healthy_short"] == 0 and len(hub["ends"]) == 3
     # Every receiver took in a whole model, the publisher sent about one (a relay).
