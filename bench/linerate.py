@@ -53,7 +53,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -293,16 +292,13 @@ def _raw(
     return out
 
 
-GLOO_PORT = PORT + 1
-"""The publisher's rendezvous store for ``gloo`` (torch.distributed's ``TCPStore``)."""
 JOIN_TIMEOUT = 300
 """Seconds a gloo rank may take to start, import torch and join its group."""
-TORCH_LOG_ENV = "TORCH_CPP_LOG_LEVEL"
 
 
 def _gloo_rank(
     ns: str | None,
-    master: str,
+    store: str,
     rank: int,
     world: int,
     size: int,
@@ -310,9 +306,10 @@ def _gloo_rank(
     pipe: mpc.Connection,
 ) -> None:
     """One member of ``gloo``: rank 0 the publisher, rank k receiver k. Joins the group
-    (every pair connected), makes and touches the model (``size`` bytes, one flat tensor:
-    one collective, the best case for gloo), then on "go" broadcasts it from rank 0 and
-    reports when it had it."""
+    through ``store``, a file every rank of this host reads (so nothing listens but gloo's
+    own sockets, at the rank's NIC), every pair connected; makes and touches the model
+    (``size`` bytes, one flat tensor: one collective, the best case for gloo), then on
+    "go" broadcasts it from rank 0 and reports when it had it."""
     enter(ns)
     os.environ["GLOO_SOCKET_IFNAME"] = "eth0" if ns is not None else "lo"
     import datetime
@@ -322,7 +319,7 @@ def _gloo_rank(
 
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://{master}:{GLOO_PORT}",
+        init_method=f"file://{store}",  # (a file: no port of the host's is listened on)
         rank=rank,
         world_size=world,
         timeout=datetime.timedelta(seconds=timeout_s),
@@ -345,23 +342,6 @@ def _gloo_rank(
     if raised:
         os._exit(0)  # (tearing the group down would wait on the dead member too)
     dist.destroy_process_group()
-
-
-@contextlib.contextmanager
-def _quiet_c10d() -> Iterator[None]:
-    """Start a process with torch's C++ log at errors only: c10d warns once per peer whose
-    address has no host name (every rank, in namespaces). Read as torch loads, which a
-    spawned child does while it imports this module, so it goes in the environment it
-    inherits; this process's own is left as it was."""
-    old = os.environ.get(TORCH_LOG_ENV)
-    os.environ[TORCH_LOG_ENV] = "ERROR"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[TORCH_LOG_ENV]
-        else:
-            os.environ[TORCH_LOG_ENV] = old
 
 
 def _gloo(
@@ -387,16 +367,17 @@ def _gloo(
     ctx = mp.get_context("spawn")
     pipes: dict[int, mpc.Connection] = {}
     procs: dict[int, mp.process.BaseProcess] = {}
+    tmp = tempfile.TemporaryDirectory(prefix="tensorhub-linerate-gloo-")
+    store = os.path.join(tmp.name, "store")
     try:
         for rank in [0, *receivers]:
             mine, theirs = ctx.Pipe()
             p = ctx.Process(
                 target=_gloo_rank,
-                args=(fabric.ns(rank), fabric.ip(0), rank, world, size, timeout_s, theirs),
+                args=(fabric.ns(rank), store, rank, world, size, timeout_s, theirs),
                 daemon=True,
             )
-            with _quiet_c10d():
-                p.start()
+            p.start()
             pipes[rank], procs[rank] = mine, p
         for rank, pipe in pipes.items():  # (nine processes importing torch on two cores)
             try:
@@ -428,6 +409,7 @@ def _gloo(
         for member in procs.values():
             if member.is_alive():
                 member.kill()
+        tmp.cleanup()
     t0 = began if case is not None and case.kind == "late" else ends.get(0, (began,))[0]
     healthy = [i for i in receivers if case is None or i != case.victim]
     short = [i for i in healthy if ends.get(i, (0.0, 0.0, 0))[2] != size]
