@@ -276,14 +276,32 @@ def _raw(
         t0 = began  # (the others' time counts from when they were ready)
     for p in [src, *procs]:
         p.join(30)
+    egress = 1.0 if chain else float(len(receivers))
+    return _outcome(receivers, ends, t0, size, case, egress, cpu)
+
+
+def _outcome(
+    receivers: list[int],
+    ends: dict[int, tuple[float, int]],
+    t0: float,
+    size: int,
+    case: Case | None,
+    egress: float,
+    cpu: dict[str, float],
+) -> dict[str, Any]:
+    """A baseline's result from when each receiver ended and how many bytes it got
+    (``ends``; a killed one may be missing), counted from ``t0``: the last healthy
+    receiver's time, or None where a healthy one was left short (an error in a healthy
+    run), and the victim's time (a late one's from its own start)."""
     healthy = [i for i in receivers if case is None or i != case.victim]
     short = [i for i in healthy if ends.get(i, (0.0, 0))[1] != size]
     if short and case is None:
-        raise RuntimeError(f"a receiver got {ends[short[0]][1]} of {size} bytes")
+        got = ends.get(short[0], (0.0, 0))[1]
+        raise RuntimeError(f"receiver {short[0]} got {got} of {size} bytes")
     out: dict[str, Any] = {
-        "seconds": max(ends[i][0] for i in healthy if i not in short) - t0 if not short else None,
+        "seconds": max(ends[i][0] for i in healthy) - t0 if not short else None,
         "healthy_short": len(short),  # healthy receivers left without the whole model
-        "publisher_egress_models": 1.0 if chain else float(len(receivers)),
+        "publisher_egress_models": egress,
         **cpu,
     }
     if case is not None and case.kind != "killed" and case.victim in ends:
@@ -396,12 +414,13 @@ def _gloo(
         if case is not None and case.kind == "killed":
             time.sleep(case.kill_after)
             procs[case.victim].kill()
-        ends: dict[int, tuple[float, float, int]] = {}
+        started: dict[int, float] = {}
+        ends: dict[int, tuple[float, int]] = {}
         for rank, pipe in pipes.items():
             with contextlib.suppress(EOFError):  # (the victim's pipe: it was killed)
                 if pipe.poll(timeout_s + 30):
-                    _, t0, t1, got = pipe.recv()
-                    ends[rank] = (t0, t1, got)
+                    _, started[rank], t1, got = pipe.recv()
+                    ends[rank] = (t1, got)
         cpu = _cpu_use(start, size * len(receivers))
         for member in procs.values():
             member.join(10)
@@ -410,26 +429,12 @@ def _gloo(
             if member.is_alive():
                 member.kill()
         tmp.cleanup()
-    t0 = began if case is not None and case.kind == "late" else ends.get(0, (began,))[0]
-    healthy = [i for i in receivers if case is None or i != case.victim]
-    short = [i for i in healthy if ends.get(i, (0.0, 0.0, 0))[2] != size]
-    if short and case is None:
-        raise RuntimeError(f"gloo: receiver {short[0]} did not get the model")
-    out: dict[str, Any] = {
-        "seconds": max(ends[i][1] for i in healthy) - t0 if not short else None,
-        "healthy_short": len(short),
-        # (gloo's algorithm's; tests/test_linerate_gloo.py reads it off the publisher's NIC)
-        "publisher_egress_models": float(rounds),
-        "congestion_control": (
-            fabric.congestion_control()
-            if isinstance(fabric, Fabric)
-            else _host_congestion_control()
-        ),
-        **cpu,
-    }
-    if case is not None and case.kind != "killed" and case.victim in ends:
-        late = case.kill_after if case.kind == "late" else 0.0
-        out["victim_seconds"] = ends[case.victim][1] - t0 - late
+    t0 = began if case is not None and case.kind == "late" else started.get(0, began)
+    # (egress: gloo's algorithm's; tests/test_linerate_gloo.py reads it off the NIC)
+    out = _outcome(receivers, ends, t0, size, case, float(rounds), cpu)
+    out["congestion_control"] = (
+        fabric.congestion_control() if isinstance(fabric, Fabric) else _host_congestion_control()
+    )
     return out
 
 
