@@ -66,6 +66,7 @@ from sim.fanout import predict_each
 from tensorhub.core.swarm.presets import preset
 from tensorhub.dataplane.trace import TRACE_ENV, file_safe
 from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
+from tensorhub.testing.cpu_load import CpuLoad
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.loopback import Loopback
 from tensorhub.testing.netns import Fabric, enter, unavailable
@@ -919,8 +920,19 @@ def main() -> None:
         "and beside each the simulator's for the same round (-simulated, seed 1); read "
         "them with bench/trace_report.py",
     )
+    ap.add_argument(
+        "--cpu-load",
+        type=float,
+        default=0.0,
+        metavar="CORES",
+        help="run a busy load of this many cores beside the whole run "
+        "(tensorhub/testing/cpu_load.py): with and without it, a figure that follows the "
+        "load follows this host's spare CPU, not the protocol",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    if not 0 <= args.cpu_load <= (os.cpu_count() or 1):
+        ap.error(f"--cpu-load wants 0..{os.cpu_count()} cores")
     if args.rounds < 1:
         ap.error("--rounds wants a count >= 1")
     if args.steps < 1:
@@ -944,7 +956,8 @@ def main() -> None:
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     rounds: list[dict[str, dict[str, Any]]] = []
     nodes: Nodes = Loopback() if loopback else Fabric(n + 1, args.rate, rates=slow)
-    with nodes as fabric:
+    load = CpuLoad(args.cpu_load)
+    with nodes as fabric, load:
         for k in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {k + 1} of {args.rounds}", flush=True)
@@ -963,6 +976,8 @@ def main() -> None:
         "late": f"; r{victim} begins {one / 2:.2f} s late (last = last healthy receiver)",
         "stops": "; the publisher stops serving once a receiver holds the model",
     }[args.case]
+    if args.cpu_load:
+        what += f"; beside a CPU load of {args.cpu_load:g} cores (got {load.cores_used:.2f})"
     where = "loopback (no NIC: CPU-bound)" if loopback else f"{args.rate:g} Mbit/s NICs"
     by_chain = "chain" in results
     by_landed = "chain (landed)" in results
@@ -1047,6 +1062,7 @@ def main() -> None:
             "steps": args.steps,
             "machine": machine(),
             "congestion_control": cc,
+            "cpu_load": {"cores": args.cpu_load, "cores_used": load.cores_used},
             # Which preset each tensorhub row ran (a name's settings change: "node" was
             # the swarm until session 23, the relay since; bench/prediction_check.py).
             "presets": {_label(name): name for name in args.presets.split(",")},

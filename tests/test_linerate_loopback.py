@@ -67,3 +67,17 @@ def test_a_half_rate_receiver_on_loopback_is_refused_with_the_reason() -> None:
     run = _bench("--case", "slow")
     assert run.returncode == 2
     assert "--case slow needs NICs of a rate (--net netns)" in run.stderr
+
+
+def test_a_cpu_load_beside_the_run_is_reported_with_what_it_got(tmp_path: Path) -> None:
+    """--cpu-load runs a busy load for the whole run (tensorhub/testing/cpu_load.py): the
+    title says so with the cores the load got, and the JSON keeps both."""
+    out = tmp_path / "load.json"
+    run = _bench("--receivers", "1", "--size", "8MiB", "--systems", "p2p", "--cpu-load", "0.3",
+                 "--json", str(out))  # fmt: skip
+    print(run.stdout, run.stderr)
+    assert run.returncode == 0
+    assert "beside a CPU load of 0.3" in run.stdout  # (rich wraps the rest of the title)
+    load = json.loads(out.read_text())["cpu_load"]
+    assert load["cores"] == 0.3 and 0 < load["cores_used"] <= 0.3 * 1.05 + 0.05
+    assert _bench("--cpu-load", "99").returncode == 2  # (more cores than the host has)
