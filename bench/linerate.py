@@ -69,7 +69,7 @@ from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
 from tensorhub.testing.cpu_load import CpuLoad
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.loopback import Loopback
-from tensorhub.testing.netns import Fabric, enter, unavailable
+from tensorhub.testing.netns import QUEUE_MS, Fabric, enter, unavailable
 
 PORT = 7100
 PIECE = 1 << 20
@@ -921,6 +921,13 @@ def main() -> None:
         "them with bench/trace_report.py",
     )
     ap.add_argument(
+        "--queue-ms",
+        type=float,
+        default=QUEUE_MS,
+        help="each NIC's queue, in milliseconds of its rate (tbf's latency; "
+        "tensorhub/testing/netns.py QUEUE_MS): how long bytes may wait behind others",
+    )
+    ap.add_argument(
         "--cpu-load",
         type=float,
         default=0.0,
@@ -931,6 +938,8 @@ def main() -> None:
     )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    if args.queue_ms <= 0:
+        ap.error("--queue-ms wants a time > 0")
     if not 0 <= args.cpu_load <= (os.cpu_count() or 1):
         ap.error(f"--cpu-load wants 0..{os.cpu_count()} cores")
     if args.rounds < 1:
@@ -955,7 +964,9 @@ def main() -> None:
     victim = 0 if args.case == "stops" else args.victim or n // 2 + 1
     slow = {victim: args.rate / 2} if args.case == "slow" else {}
     rounds: list[dict[str, dict[str, Any]]] = []
-    nodes: Nodes = Loopback() if loopback else Fabric(n + 1, args.rate, rates=slow)
+    nodes: Nodes = (
+        Loopback() if loopback else Fabric(n + 1, args.rate, rates=slow, queue_ms=args.queue_ms)
+    )
     load = CpuLoad(args.cpu_load)
     with nodes as fabric, load:
         for k in range(args.rounds):
@@ -1056,6 +1067,7 @@ def main() -> None:
             "model_bytes": size,
             "net": args.net,
             "rate_mbit": None if loopback else args.rate,
+            "queue_ms": None if loopback else args.queue_ms,
             "case": args.case,
             "victim": victim if args.case != "healthy" else None,
             "rounds": args.rounds,

@@ -81,3 +81,4 @@ def test_a_cpu_load_beside_the_run_is_reported_with_what_it_got(tmp_path: Path) 
     load = json.loads(out.read_text())["cpu_load"]
     assert load["cores"] == 0.3 and 0 < load["cores_used"] <= 0.3 * 1.05 + 0.05
     assert _bench("--cpu-load", "99").returncode == 2  # (more cores than the host has)
+    assert _bench("--queue-ms", "0").returncode == 2

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tensorhub.testing.netns import GSO_MAX, Fabric, tbf_burst
+from tensorhub.testing.netns import GSO_MAX, QUEUE_MS, Fabric, tbf_burst
 
 from .procs import needs_netns
 
@@ -37,6 +37,7 @@ def test_a_half_rate_nic_is_built_with_that_bucket() -> None:
         (tbf,) = [q for q in json.loads(out.stdout) if q["kind"] == "tbf"]
         assert tbf["options"]["rate"] == 500e6 / 8
         assert tbf["options"]["burst"] > GSO_MAX + f.mtu
+        assert tbf["options"]["lat"] == QUEUE_MS * 1000  # (tc's microseconds)
         bridge = subprocess.run(
             ["ip", "netns", "exec", f.bridge_ns, "tc", "-j", "qdisc", "show"],
             check=True, capture_output=True, text=True,
@@ -44,3 +45,17 @@ def test_a_half_rate_nic_is_built_with_that_bucket() -> None:
         ends = [q["options"] for q in json.loads(bridge.stdout) if q["kind"] == "tbf"]
         assert sorted(o["rate"] for o in ends) == [500e6 / 8, 1000e6 / 8]
         assert all(o["burst"] > GSO_MAX + f.mtu for o in ends)
+
+
+@needs_netns
+def test_a_nics_queue_is_as_deep_as_asked_both_ways() -> None:
+    """``queue_ms`` (bench/linerate.py --queue-ms) sets how long a packet may wait in every
+    NIC's queue, at the node's end and the bridge's."""
+    with Fabric(2, 1000.0, rates={1: 500.0}, queue_ms=5) as f:
+        lats = []
+        for ns, dev in ((f.ns(0), "eth0"), (f.ns(1), "eth0"), (f.bridge_ns, None)):
+            cmd = ["ip", "netns", "exec", ns, "tc", "-j", "qdisc", "show"]
+            out = subprocess.run(cmd + (["dev", dev] if dev else []), check=True,
+                                 capture_output=True, text=True)  # fmt: skip
+            lats += [q["options"]["lat"] for q in json.loads(out.stdout) if q["kind"] == "tbf"]
+        assert lats == [5000] * 4

@@ -76,6 +76,14 @@ def tbf_burst(mbit: float, mtu: int) -> int:
     return max(4 * mtu, int(mbit * 1e6 / 8 / 1000), 2 * GSO_MAX)
 
 
+QUEUE_MS = 50.0
+"""Each NIC's queue, in milliseconds of its rate: deep, as an edge router's (6 MB at 1
+Gbit/s), where a data-centre switch port holds a few hundred microseconds. Every NIC-limited
+figure on record was measured with it; TCP cubic fills it, so whatever rides
+a connection behind bulk data (a relay's news of its chunks) waits up to this long
+(bench/linerate.py ``--queue-ms``; docs/results.md, session 47)."""
+
+
 @dataclass
 class Fabric:
     """``nodes`` namespaces behind NICs of ``rate_mbit`` (both ways), on one bridge."""
@@ -85,6 +93,9 @@ class Fabric:
     mtu: int = 9000
     rates: dict[int, float] = field(default_factory=dict)
     """Nodes whose NIC runs at another rate than ``rate_mbit`` (a slow host), by index."""
+    queue_ms: float = QUEUE_MS
+    """How long a packet may wait in a NIC's queue (``tbf``'s ``latency``): the depth of
+    its buffer, in time at its rate."""
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
     _made: list[str] = field(default_factory=list)
 
@@ -143,7 +154,7 @@ class Fabric:
             for dev, where in (("eth0", ns), (b, br)):  # up at the node, down at the bridge
                 _run(
                     "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                    "rate", rate, "burst", burst, "latency", "50ms",
+                    "rate", rate, "burst", burst, "latency", f"{self.queue_ms:g}ms",
                     ns=where,
                 )  # fmt: skip
 
