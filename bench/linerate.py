@@ -62,11 +62,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine, parse_size, print_table, write_json
+from bench.cpu_load import CpuLoad
 from sim.fanout import predict_each
 from tensorhub.core.swarm.presets import preset
 from tensorhub.dataplane.trace import TRACE_ENV, file_safe
 from tensorhub.io.tcp import CONGESTION_ENV, use_congestion_control
-from tensorhub.testing.cpu_load import CpuLoad
 from tensorhub.testing.hub_procs import HubProcs, Spec
 from tensorhub.testing.loopback import Loopback
 from tensorhub.testing.netns import QUEUE_MS, Fabric, enter, unavailable
@@ -933,15 +933,17 @@ def main() -> None:
         default=0.0,
         metavar="CORES",
         help="run a busy load of this many cores beside the whole run "
-        "(tensorhub/testing/cpu_load.py): with and without it, a figure that follows the "
+        "(bench/cpu_load.py): with and without it, a figure that follows the "
         "load follows this host's spare CPU, not the protocol",
     )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if args.queue_ms <= 0:
         ap.error("--queue-ms wants a time > 0")
-    if not 0 <= args.cpu_load <= (os.cpu_count() or 1):
-        ap.error(f"--cpu-load wants 0..{os.cpu_count()} cores")
+    try:
+        load = CpuLoad(args.cpu_load)  # (started with the fabric, below)
+    except ValueError as e:
+        ap.error(f"--cpu-load: {e}")
     if args.rounds < 1:
         ap.error("--rounds wants a count >= 1")
     if args.steps < 1:
@@ -967,7 +969,6 @@ def main() -> None:
     nodes: Nodes = (
         Loopback() if loopback else Fabric(n + 1, args.rate, rates=slow, queue_ms=args.queue_ms)
     )
-    load = CpuLoad(args.cpu_load)
     with nodes as fabric, load:
         for k in range(args.rounds):
             if args.rounds > 1:

@@ -1,4 +1,4 @@
-"""tensorhub/testing/cpu_load.py: the load the benchmarks run beside a case to tell the
+"""bench/cpu_load.py: the load the benchmarks run beside a case to tell the
 host's spare CPU from the protocol. Real processes: the load is a process of its own, and
 what matters is that it ends however its owner does."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorhub.testing.cpu_load import CpuLoad
+from bench.cpu_load import CpuLoad
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,7 @@ def test_a_load_ends_by_itself_when_its_owner_is_killed() -> None:
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from tensorhub.testing.cpu_load import CpuLoad\n"
+            "from bench.cpu_load import CpuLoad\n"
             "with CpuLoad(0.2) as load:\n"
             "    print(*load.pids, flush=True)\n"
             "    time.sleep(600)\n",

@@ -70,7 +70,7 @@ def test_a_half_rate_receiver_on_loopback_is_refused_with_the_reason() -> None:
 
 
 def test_a_cpu_load_beside_the_run_is_reported_with_what_it_got(tmp_path: Path) -> None:
-    """--cpu-load runs a busy load for the whole run (tensorhub/testing/cpu_load.py): the
+    """--cpu-load runs a busy load for the whole run (bench/cpu_load.py): the
     title says so with the cores the load got, and the JSON keeps both."""
     out = tmp_path / "load.json"
     run = _bench("--receivers", "1", "--size", "8MiB", "--systems", "p2p", "--cpu-load", "0.3",

@@ -23,6 +23,8 @@ import sys
 import time
 from types import TracebackType
 
+from bench.common import process_cpu
+
 PERIOD = 0.01
 """Seconds of one busy-then-asleep cycle: shorter than the benchmark's chunk times (33 ms
 at 1 Gbit/s), so the load takes its share of every chunk."""
@@ -39,13 +41,6 @@ while os.getppid() == parent and time.monotonic() < until:
         pass
     time.sleep(max(0.0, period - (time.perf_counter() - t0)))
 """
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds a live process has used (``/proc/<pid>/stat``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuLoad:
@@ -92,7 +87,7 @@ class CpuLoad:
         for p in self._procs:
             if p.poll() is None:
                 with contextlib.suppress(OSError, IndexError, ValueError):  # (ended meanwhile)
-                    self.used += _cpu_seconds(p.pid)
+                    self.used += process_cpu(p.pid)
             p.kill()
         for p in self._procs:
             p.wait()
