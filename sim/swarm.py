@@ -558,7 +558,8 @@ class Swarm:
             refused = self._refuse_queued(f)
             if self.timeline is not None:
                 held = p.held
-                self._tl(f, "lagging", held=held, up=p.relay_upstream, refused=refused)
+                up = p.relay_upstream
+                self._tl(f, "lagging", held=held, up=up, refused=refused, paced=p.paced)
             self.e.later(self.cfg.hint_delay, functools.partial(self._listed, f, lagging=True))
         if not node.inflight:
             self._wake_later(f)

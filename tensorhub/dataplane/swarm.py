@@ -544,7 +544,7 @@ class _Driver:
             held = planner.held
             if self.trace is not None:
                 up = planner.relay_upstream
-                self.trace.event("lagging", held=held, up=up, refused=refused)
+                self.trace.event("lagging", held=held, up=up, refused=refused, paced=planner.paced)
             name, version = display_name(self.replica.key), self.replica.version
             if held == 0:  # (a lag is judged only from lag_chunks in: ChunkPlanner._note_lag)
                 # Not a fault: a fetch that began after the chain went past it (a late

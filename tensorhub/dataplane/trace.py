@@ -17,7 +17,8 @@ One JSON object a line, one file per node and process (``<node>-<pid>.jsonl``), 
 - ``got``: a chunk verified (``chunk``, ``src``, ``s``: seconds since it was asked);
 - ``failed``: a request ended without the chunk (``chunk``, ``src``, ``why``);
 - ``upstream``: the relay link we take chunks from changed (``to``, ``held``);
-- ``lagging``: we judged ourselves behind the chain (``held``, ``up``), and ``refused``:
+- ``lagging``: we judged ourselves behind the chain (``held``, ``up``; ``paced`` if by our
+  pace, before the look ended: ``core/swarm/pace.py``), and ``refused``:
   how many queued replies our serving side then answered "busy"; ``told`` when the link
   after us found us a slow chain head instead (its ``Behind``);
 - ``end``: the fetch ended (``held``, ``error`` if it failed).

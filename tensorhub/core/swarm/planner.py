@@ -59,6 +59,7 @@ import xxhash
 
 from ..gossip.holders import SAME_RACK
 from .headcheck import HEAD_CHUNKS, HEAD_MIN_MISSING, HEAD_SETTLE, HEAD_WAIT, HeadCheck
+from .pace import PaceWatch
 
 WAN_TIER = 3
 RACK_TIER = 2  # a holder in another rack of our datacenter
@@ -227,6 +228,14 @@ class PlannerConfig:
     chain's tail (:meth:`ChunkPlanner.set_lagged_before`). Off
     (``node:planner.lag_memory=false``), each fetch judges them afresh, as until session
     32."""
+    pace_verdict: bool = True
+    """``relay``: a link that fell ``LAG_FALL`` behind its upstream is judged lagging at
+    once, without waiting for the look to end, if its own chunks came steadily slower than
+    the upstream gained its own (``pace``). A job's first step with a half-rate link,
+    alternated round by round with it off: N=8 1.165x one copy against 1.202x (15 rounds
+    each), N=4 1.139x against 1.161x (6); no healthy round judged a link either way
+    (docs/results.md, session 48). Off (``node:planner.pace_verdict=false``), every
+    verdict waits for the look, as until session 48."""
     side_chunks: bool = False
     """``relay``: the link after one that keeps falling behind its own upstream takes lone
     chunks from that upstream meanwhile (``ChunkPlanner._side_feed``). Off by default:
@@ -461,6 +470,7 @@ class ChunkPlanner:
         self._stall_gap: int | None = None  # ... before we stalled (see stalled)
         self._taken_back: list[Request] = []  # requests to a laggard, for the session to end
         self._head = HeadCheck(self.cfg.head_chunks)  # relay: is the head slow? (headcheck)
+        self._pace = PaceWatch()  # relay: is our own stream steadily slow? (pace)
         self._behind: list[str] = []  # heads found slow, for the session to tell
         self._kept: dict[str, int] | None = None
         """The usable sources' ranks (:meth:`_usable_ranks`), kept between calls: after a
@@ -1618,10 +1628,30 @@ class ChunkPlanner:
             # and shared the tail's uplink: 4.4x one copy; bench/linerate.py, session 21.
             # Until session 25 the bound was lag, and a half-rate link waited for it.)
             return
+        # (The look runs as it would without the pace, which only brings its verdict
+        # forward: see pace.PaceWatch.)
+        looked = self._look(gap, up_count, lag)
+        paced = not looked and self.cfg.pace_verdict and self._pace.slow()
+        if not (looked or paced):
+            return
+        if self._head_first(up, src) or self._tail_too_far(ours):
+            return
+        self._effects += 1
+        if paced:
+            self._pace.verdicts += 1
+        self._lagging.add(self.me)
+        self._give_back(up)
+
+    def _look(self, gap: int, up_count: int, lag: int) -> bool:
+        """The look at whether we keep falling behind, once we fell ``LAG_FALL`` behind our
+        upstream (``gap`` now, at its ``up_count``): whether it found us still falling
+        behind (the verdict is due). Begun at the first call, it judges once a
+        ``RELAY_START_WAIT`` of ticks passed in which the upstream gained
+        ``LAG_WATCH_CHUNKS``; ``pace.PaceWatch`` may find the verdict due before."""
         if self._lag_seen is None:  # that far behind: are we still falling behind?
             self._effects += 1
             self._lag_seen = (self.now, gap, up_count)
-            return
+            return False
         since, then, up_then = self._lag_seen
         grew = gap - then
         # A look is a RELAY_START_WAIT of ticks in which the upstream also gained
@@ -1631,7 +1661,7 @@ class ChunkPlanner:
         self._note(since + (waits + 1) * RELAY_START_WAIT)
         looks = min(waits, (up_count - up_then) // LAG_WATCH_CHUNKS)
         if looks < 1:
-            return
+            return False
         # Still falling behind: by lag // 4 at the first look, by lag // 2 at a later one.
         # News of the upstream's chunks comes in bursts (between the chunks it sends us, on
         # the link that is slow), so one look may find the gap flat for a moment.
@@ -1642,12 +1672,8 @@ class ChunkPlanner:
                 self._forget_lag()  # as far behind as it fell; go on from here
                 self._lag_window.append((up_count, gap))
                 self._gap_seen = gap  # (what a stall from here grows it by: _discount_stall)
-            return
-        if self._head_first(up, src) or self._tail_too_far(ours):
-            return
-        self._effects += 1
-        self._lagging.add(self.me)
-        self._give_back(up)
+            return False
+        return True
 
     def _tail_too_far(self, ours: int) -> bool:
         """Is the chain's tail, where a lag verdict would send us, further behind the
@@ -1746,6 +1772,7 @@ class ChunkPlanner:
         a half-rate r3 went unjudged in both steps of bench/linerate.py --case slow, 2.3x
         and 2.4x one copy). Discounted, the look goes on through stalls and judges what we
         did while we ran."""
+        self._pace.stalled()
         if self._stall_gap is None and self._gap_seen is not None:
             self._changes += 1
             self._effects += 1
@@ -1785,6 +1812,11 @@ class ChunkPlanner:
             return False
         nxt = self.sources[min(after, key=key)]
         return nxt.top + 1 >= lag
+
+    @property
+    def paced(self) -> bool:
+        """Did our lag verdict come from our pace, before the look ended (``pace``)?"""
+        return self._pace.verdicts > 0
 
     @property
     def remembered_lagging(self) -> bool:
@@ -1827,8 +1859,12 @@ class ChunkPlanner:
         the new head at 1.27x one copy, the new head itself at 1.18x; taken back, both
         1.24-1.25x, and at 250 Mbit/s 1.22x instead of 1.35x)."""
         settled = max(self._relay_since, self._began or 0) + HEAD_SETTLE
-        if source == self._relay_up and self.now >= settled:
-            self._head.arrived(self.now)  # (not while the chain settles: see HeadCheck.pace)
+        if source == self._relay_up:
+            if self.now >= settled:  # (not while the chain settles: see HeadCheck.pace)
+                self._head.arrived(self.now)
+            up = self.sources.get(source)
+            if up is not None:
+                self._pace.arrived(self.now, up.top + 1)
         slow = self._head.landed(chunk, self.now)
         if slow is not None:
             self._effects += 1
@@ -1995,6 +2031,7 @@ class ChunkPlanner:
             self._relay_since = self.now if begun else -_NONE
             self._forget_lag()
             self._head.moved()
+            self._pace.moved()
             self._relay_misses.clear()
             self._relay_holes.clear()
             self._relay_redirected.clear()
