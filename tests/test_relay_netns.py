@@ -84,8 +84,10 @@ def test_a_slow_link_remembered_from_the_last_step_is_the_chains_tail_from_the_s
     assert sorted(nodes) == ["r1", "r2", "r3", "r4"]
     for version, step in steps.items():  # (what a failure needs to be read: verdicts, stalls)
         for name, n in sorted(step.items()):
-            verdicts = [(round(v["t"] - (n.begin or 0.0), 3), v["held"]) for v in n.verdicts]
-            print(f"v{version} {name}: verdicts (s, held) {verdicts}, stalls {n.stalls}")
+            verdicts = [
+                (round(v["t"] - (n.begin or 0.0), 3), v["held"], v.get("paced")) for v in n.verdicts
+            ]
+            print(f"v{version} {name}: verdicts (s, held, paced) {verdicts}, stalls {n.stalls}")
     for name, n in sorted(nodes.items()):
         assert sorted(name_of[a] for a in n.lagged_before) == memory, (name, n.lagged_before)
         first = name_of.get(n.upstreams[0][1] or "", "an origin") if n.upstreams else None

@@ -232,8 +232,8 @@ class PlannerConfig:
     """``relay``: a link that fell ``LAG_FALL`` behind its upstream is judged lagging at
     once, without waiting for the look to end, if its own chunks came steadily slower than
     the upstream gained its own (``pace``). A job's first step with a half-rate link,
-    alternated round by round with it off: N=8 1.165x one copy against 1.202x (15 rounds
-    each), N=4 1.139x against 1.161x (6); no healthy round judged a link either way
+    alternated round by round with it off: N=8 1.170x one copy against 1.202x (27 rounds
+    each), N=4 1.138x against 1.161x (6); no healthy round judged a link either way
     (docs/results.md, session 48). Off (``node:planner.pace_verdict=false``), every
     verdict waits for the look, as until session 48."""
     side_chunks: bool = False
