@@ -30,6 +30,13 @@ verdict did in 37 of 39 rounds, and no link of a healthy round; on a host that s
 a healthy relay steadily it judges it as the look does, only sooner. Simulated
 (``sim/fanout.py``, the same planner): N=8 1.117x → 1.088x, N=4 1.117x → 1.081x;
 healthy chains unchanged.
+
+Off by default (``PlannerConfig.pace_verdict``): in the first step of one later round two
+healthy links after the slow one were judged lagging, 10 chunks in, and the lag memory
+kept them behind it in the next step (2.26x one copy). That round was not traced. Our
+reading, unverified: a link whose upstream has just sped up (the slow link before that
+upstream moved to the tail) kept getting its chunks at the old pace for a while, and its
+window read like a slow NIC's, where the look would have seen it catch up.
 """
 
 from __future__ import annotations

@@ -228,14 +228,18 @@ class PlannerConfig:
     chain's tail (:meth:`ChunkPlanner.set_lagged_before`). Off
     (``node:planner.lag_memory=false``), each fetch judges them afresh, as until session
     32."""
-    pace_verdict: bool = True
+    pace_verdict: bool = False
     """``relay``: a link that fell ``LAG_FALL`` behind its upstream is judged lagging at
     once, without waiting for the look to end, if its own chunks came steadily slower than
-    the upstream gained its own (``pace``). A job's first step with a half-rate link,
-    alternated round by round with it off: N=8 1.170x one copy against 1.202x (27 rounds
-    each), N=4 1.138x against 1.161x (6); no healthy round judged a link either way
-    (docs/results.md, session 48). Off (``node:planner.pace_verdict=false``), every
-    verdict waits for the look, as until session 48."""
+    the upstream gained its own (``pace``). Off by default: a job's first step with a
+    half-rate link, alternated round by round, took N=8 1.170x one copy against 1.202x (27
+    rounds each) and N=4 1.138x against 1.161x (6), and no healthy round judged a link;
+    but in the first step of one later round (bench/linerate.py --receivers 8 --case slow
+    --steps 2) two healthy links after the slow one were judged lagging 10 chunks in, and
+    with the lag memory the next step relayed them behind it: 2.07x and 2.26x one copy.
+    That round was not traced; the look, which the rule cuts short, would have given those
+    links time to catch up (docs/results.md, session 48).
+    ``node:planner.pace_verdict=true`` runs it."""
     side_chunks: bool = False
     """``relay``: the link after one that keeps falling behind its own upstream takes lone
     chunks from that upstream meanwhile (``ChunkPlanner._side_feed``). Off by default:
