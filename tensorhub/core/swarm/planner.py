@@ -1867,7 +1867,7 @@ class ChunkPlanner:
             if self.now >= settled:  # (not while the chain settles: see HeadCheck.pace)
                 self._head.arrived(self.now)
             up = self.sources.get(source)
-            if up is not None:
+            if up is not None and self.cfg.pace_verdict:  # (nothing reads it otherwise)
                 self._pace.arrived(self.now, up.top + 1)
         slow = self._head.landed(chunk, self.now)
         if slow is not None:
