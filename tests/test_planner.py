@@ -552,6 +552,30 @@ def test_relay_takes_the_link_before_a_late_one_once_that_link_went_on() -> None
     assert p._relay_skipped  # (past a live link: our lag is not judged meanwhile)
 
 
+def test_relay_waits_for_a_link_that_said_no_chunk_as_for_one_that_holds_nothing() -> None:
+    """A link that answered "unknown version" and then, asked again, "no chunk" holds the
+    version: it began, and waits on its own upstream. It is waited for as a link holding
+    nothing is (``RELAY_WAIT``), not skipped once ``RELAY_START_WAIT`` passed: the tail of
+    an 8-link chain got its first chunk 0.22 s in, the remembered laggard after it went
+    past it 0.2 s in, took 3 chunks from the link before it at half rate, and that link's
+    downstream (the tail) judged itself lagging: 2.84x one copy (bench/linerate.py
+    --case slow --steps 2, traced; session 49)."""
+    p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 had not begun a moment ago
+    asked: set[str] = set()
+    for t in range(RELAY_START_WAIT + 20):
+        if t == 5:  # (n2 has said "no chunk" by now)
+            p.set_source("n1", 1, range(8))  # the link before it goes on
+        reqs = p.next_requests()
+        asked |= {r.source for r in reqs if r != Request("n1", 15, False)}  # (its news)
+        for r in reqs:
+            if r.source == "n2":
+                p.failed(r.chunk, r.source, Failure.MISSING)  # begun, holds nothing yet
+        p.tick()
+    assert asked == {"n2"}  # never past it to n1 (nor the origin) meanwhile
+    p.add_chunk("n2", 0)  # its first chunk
+    assert [r.source for r in p.next_requests()] == ["n2"] * 2
+
+
 def test_a_late_joiner_told_how_far_the_chain_went_asks_the_tail_from_its_first_plan() -> None:
     """The holder view tells a receiver beginning late how far the others got before it
     asks anyone: its first requests go to the chain's tail, none to its upstream (asked

@@ -537,8 +537,8 @@ class _Driver:
         planner = self.session.planner
         if self.trace is not None and planner.relay_upstream != self._upstream:
             self._upstream = planner.relay_upstream
-            held = planner.held
-            self.trace.event("upstream", to=self._upstream, held=held)
+            held, passed = planner.held, planner.passed_over()
+            self.trace.event("upstream", to=self._upstream, held=held, passed=passed)
         if planner.lagging and not self.replica.lagging:
             refused = self._lag()
             held = planner.held

@@ -277,6 +277,18 @@ class PlannerConfig:
         return (PlannerConfig, tuple(getattr(self, f) for f in self.__dataclass_fields__))
 
 
+class Passed:
+    """Why a relay passed over a link before it on its way to the chain's head
+    (``ChunkPlanner._passed_over``); the values name it in a trace."""
+
+    LAGGARD: Final = "laggard"  # we lag, and so does it: not ahead of us, so to the tail
+    LOST: Final = "lost"  # we lost it, and the view lists it with nothing gained since
+    BEHIND: Final = "behind"  # far behind us: it joined late, or moved to the tail
+    STARTING: Final = "starting"  # it said it has not begun: waited for a while
+    NOT_BEGUN: Final = "not begun"  # ...and it still holds nothing, past the wait
+    BLOCKED: Final = "blocked"  # backed off or banned
+
+
 class Failure:
     """Why a request failed: the planner's reaction differs. (``Final``: read through the
     class, which mypyc's compiled planner requires, ``sim/native.py``.)"""
@@ -936,7 +948,9 @@ class ChunkPlanner:
         src = self.sources.get(source)
         if src is None:
             return
-        if why not in (Failure.MISSING, Failure.REFUSED):
+        if why in (Failure.MISSING, Failure.REFUSED):
+            self._begun(source)
+        else:
             self._kept = None  # backed off or banned below (those two block one chunk only)
         if why == Failure.CORRUPT:
             src.strikes += 1
@@ -969,6 +983,24 @@ class ChunkPlanner:
             src.blocked_until = self.now + self.cfg.timeout_ticks
         else:
             src.blocked_until = self.now + self.cfg.backoff_ticks
+
+    def _begun(self, source: str) -> None:
+        """``source`` answered for a chunk of this version ("no chunk", or busy): it holds
+        the version, so its fetch has begun, whatever it said a moment ago ("unknown
+        version": fetches that start together register milliseconds apart). A link that
+        has begun but holds nothing yet waits on its own upstream, which is
+        ``RELAY_WAIT``'s and ``RELAY_HOP_WAIT``'s to wait for (:meth:`_relayed`), not
+        ``RELAY_START_WAIT``'s, which is for a member that does not fetch at all. Left as
+        not begun, the tail of an 8-link chain, whose first chunk came 0.22 s in, was
+        skipped 0.2 s in by the remembered laggard after it, which asked the link before
+        the tail for 3 chunks at its half rate. The tail then got 2/3 of that link's
+        uplink, judged itself lagging and relayed from the laggard: 2.84x one copy
+        (bench/linerate.py --receivers 8 --case slow --steps 2, the pace verdict on,
+        traced; docs/results.md, session 49)."""
+        if source in self._not_begun or source in self._unstarted:
+            self._effects += 1
+            self._not_begun.discard(source)
+            self._unstarted.pop(source, None)
 
     def _relay_refused(self, source: str, src: SourceInfo, chunk: int) -> None:
         """Our upstream refused us ``chunk``. A link that does is lagging (or swamped): we
@@ -1412,7 +1444,7 @@ class ChunkPlanner:
             )
         key = self._chain_key
         mine, lagging = key(me), self.lagging
-        held, behind = self.num_chunks - self._missing, LAG_CHUNKS
+        held = self.num_chunks - self._missing
         # A laggard relays from the nearest laggard before us that we know of (it refused
         # us, or the holder view says so) and that is ahead of us, else from the tail;
         # never from a link before the tail, though the tail is behind it: it would share
@@ -1440,29 +1472,10 @@ class ChunkPlanner:
                 self._assumed.add(name)
                 self._kept = None
                 self._rack = self._near = None
-            if lagging and name in self._lagging:
-                continue  # (none is ahead of us: _laggard_ahead) to the tail
-            if self._lost(name, src):
-                skipped = True
-                continue
-            if not lagging and name not in self._full and src.top + 1 + behind < held:
-                # Far behind us (it joined late, or moved to the tail): it has nothing for
-                # us, and relaying from it would hold us to its pace (simulated, a receiver
-                # joining halfway: its downstream waited on it, then judged itself lagging).
-                skipped = True
-                continue
-            starting = self._starting(name, src)
-            if not src.chunks and (name in self._not_begun or starting):
-                # It has not begun this fetch (or not got far): no link until it holds a
-                # chunk. (Skipped only while backed off, it drew its downstream back every
-                # ``gone_ticks`` to ask again, and the chain after it stalled each time:
-                # simulated, a receiver joining halfway.) Waited for a while: it may begin
-                # in a moment (RELAY_START_AHEAD).
-                if waiting is None and starting:
-                    waiting = name
-                skipped = True
-                continue
-            if self._usable(src):
+            if name in self._lost_at and not self._lost(name, src):
+                del self._lost_at[name]  # it gained chunks since: a link again
+            why = self._passed_over(name, src, lagging, held)
+            if why is None:
                 if waiting is not None and len(src.chunks) < RELAY_START_AHEAD:
                     if name not in self._start_news_asked:
                         self._effects += 1
@@ -1470,7 +1483,9 @@ class ChunkPlanner:
                     break  # (it may begin in a moment: see RELAY_START_AHEAD)
                 self._skipped(skipped)
                 return name
-            skipped = True
+            if why == Passed.STARTING and waiting is None:
+                waiting = name  # (waited for a while: it may begin in a moment)
+            skipped = skipped or why != Passed.LAGGARD
         if waiting is not None:
             self._skipped(False)
             return waiting
@@ -1489,6 +1504,44 @@ class ChunkPlanner:
             self._effects += 1
             self._relay_skipped = skipped
 
+    def _passed_over(self, name: str, src: SourceInfo, lagging: bool, held: int) -> str | None:
+        """Why :meth:`_upstream` passes over ``name``, a link before us, on its way to the
+        head (a :class:`Passed`), or None: we may relay from it. Pure, so that a trace can
+        say why (:meth:`passed_over`)."""
+        if lagging and name in self._lagging:
+            return Passed.LAGGARD  # (none is ahead of us: _laggard_ahead) to the tail
+        if self._lost(name, src):
+            return Passed.LOST
+        if not lagging and name not in self._full and src.top + 1 + LAG_CHUNKS < held:
+            # Far behind us (it joined late, or moved to the tail): it has nothing for
+            # us, and relaying from it would hold us to its pace (simulated, a receiver
+            # joining halfway: its downstream waited on it, then judged itself lagging).
+            return Passed.BEHIND
+        if not src.chunks:
+            # It has not begun this fetch (or not got far): no link until it holds a
+            # chunk. (Skipped only while backed off, it drew its downstream back every
+            # ``gone_ticks`` to ask again, and the chain after it stalled each time:
+            # simulated, a receiver joining halfway.) Waited for a while: it may begin
+            # in a moment (RELAY_START_AHEAD).
+            if self._starting(name, src):
+                return Passed.STARTING
+            if name in self._not_begun:
+                return Passed.NOT_BEGUN
+        return None if self._usable(src) else Passed.BLOCKED
+
+    def passed_over(self) -> dict[str, str]:
+        """Each link before us in the chain, nearest first, and why our last upstream
+        decision passed over it (a :class:`Passed`); our upstream itself and the links
+        past it are not listed. For a trace: what the node's log cannot show of a move."""
+        lagging, held = self.lagging, self.num_chunks - self._missing
+        out: dict[str, str] = {}
+        for name in self._relay_before:
+            src = self.sources.get(name)
+            if name == self._relay_up or src is None:
+                break
+            out[name] = self._passed_over(name, src, lagging, held) or "waited"
+        return out
+
     def _lost(self, name: str, src: SourceInfo) -> bool:
         """Is ``name`` a link we lost (its connection, or a dead verdict) that the holder
         view lists again with nothing gained since? The view's news of it is then older
@@ -1496,14 +1549,9 @@ class ChunkPlanner:
         took it for its upstream again once ``gone_ticks`` had passed asked a dead node and
         held the chain after it up for half a second (bench/linerate.py --case killed,
         traced in a round at 1.47x one copy). A link that is alive gains chunks
-        and is a link again."""
+        and is a link again (:meth:`_upstream` forgets the loss then)."""
         top = self._lost_at.get(name)
-        if top is None:
-            return False
-        if src.top > top:
-            del self._lost_at[name]
-            return False
-        return True
+        return top is not None and src.top <= top
 
     def _start_news(self, budget: int) -> list[Request]:
         """While we wait for a link that has not begun (``RELAY_START_AHEAD``): our last
