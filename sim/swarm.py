@@ -44,7 +44,13 @@ from tensorhub.core.swarm import (
 )
 from tensorhub.core.swarm.planner import NEVER
 from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
-from tensorhub.core.swarm.serve import Verdict, past_laggards, seed_context, serve_decision
+from tensorhub.core.swarm.serve import (
+    START_PARK_CHUNKS,
+    Verdict,
+    past_laggards,
+    seed_context,
+    serve_decision,
+)
 from tensorhub.core.swarm.session import (
     Abandon,
     Action,
@@ -79,6 +85,9 @@ class SwarmConfig:
     # a request for one asked for but not landing yet is parked until it begins to land
     # (serve.serve_decision), which is what lets a relay's next hop trail by a piece.
     early_hints: bool = True
+    # As the node (presets.park_starting): a fetch that began and holds nothing parks
+    # requests for the first chunks (serve.serve_decision's ``starting``).
+    park_starting: bool = SIMULATED.park_starting
     # The rest are the data plane's settings: tensorhub.core.swarm.presets.SIMULATED, a
     # named departure from the node's (presets.DEPARTURES says why each one differs).
     reserve_after: float = SIMULATED.reserve_after
@@ -119,6 +128,7 @@ _SHARED = {
     "seed_spare": "seed_spare",
     "every_holder_seeds": "every_holder_seeds",
     "cut_through": "cut_through",
+    "park_starting": "park_starting",
 }
 """SwarmConfig's settings that are the data plane's (ours → DataPlaneConfig's name): one
 table for both directions, so a new setting cannot be mapped one way only."""
@@ -168,6 +178,17 @@ class _Node:
     laggards: set[str] = field(default_factory=set)  # an origin's, told by Behind.who
     withdrawn: bool = False  # let go of the version (unpublished, or its memory reused)
     on_drained: Callable[[], None] | None = None  # once no upload reads it (withdrawn)
+
+    def starting_fetch(self, chunk: int) -> bool:
+        """As the node's ``Replica.starting``: its fetch began, it holds nothing yet, and
+        ``chunk`` is one of the first (``START_PARK_CHUNKS``)."""
+        return (
+            chunk < START_PARK_CHUNKS
+            and self.started is not None
+            and self.finished is None
+            and not self.lagging
+            and self.have.find(1) < 0
+        )
 
     def lag(self, cut_through: bool) -> None:
         """As the node's ``Replica.lag``: its fetch relays from the tail now; who is parked
@@ -648,6 +669,10 @@ class Swarm:
             landing=landing,
             lagging=src.lagging,
             asker_lagging=self.nodes[f].lagging,
+            # (As the node: not once s asked anyone for it, f included.)
+            starting=self.cfg.park_starting
+            and src.starting_fetch(c)
+            and not any(q.chunk == c for q in src.inflight),
         )
         if d.verdict is Verdict.PARK:  # answer once it lands (cut through) or has arrived
             (src.starting if cut else src.parked).setdefault(c, []).append(

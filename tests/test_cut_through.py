@@ -18,6 +18,7 @@ import torch
 from tensorhub.core.errors import ChecksumMismatch, RemoteError
 from tensorhub.core.manifest import Manifest
 from tensorhub.core.swarm.presets import NODE, preset
+from tensorhub.core.swarm.serve import START_PARK_CHUNKS
 from tensorhub.dataplane import peer as peer_module
 from tensorhub.dataplane.node import Node
 from tensorhub.dataplane.peer import PIECE, PeerHandler, byte_range
@@ -204,6 +205,31 @@ async def test_a_relay_link_that_falls_behind_answers_busy_for_what_it_lacks() -
         await asyncio.wait_for(peer.get_chunk(mine, 1), 10)
         want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(1))
         assert b"".join(bytes(p) for p in mine.data.read_parts(1)) == want
+
+
+async def test_a_link_that_holds_nothing_yet_parks_a_request_for_a_first_chunk() -> None:
+    """A link whose fetch began and holds nothing yet, asked for one of the version's first
+    chunks before it asked for that chunk itself (``presets.park_starting``), parks the
+    request and passes the chunk on as it lands, exact; a later chunk (a probe for its
+    news) is answered "no chunk" at once, and so is any chunk it has not asked for once
+    it holds one (the chain has formed: what it asks for, it parks for)."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK // 8)
+        replica = await _landing_replica(relay, holder)  # began: nothing held, nothing asked
+        mine, asked = await _asked_before_it_lands(asker, relay, replica, 0)
+        peer = await asker.peer(relay.address)
+        with pytest.raises(RemoteError) as later:
+            await asyncio.wait_for(peer.get_chunk(mine, START_PARK_CHUNKS), 10)
+        assert later.value.code == "no_chunk" and not replica.parked(START_PARK_CHUNKS)
+        up = await relay.peer(holder.address)
+        await up.get_chunk(replica, 0)
+        await asyncio.wait_for(asked, 10)
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(0))
+        assert b"".join(bytes(p) for p in mine.data.read_parts(0)) == want
+        with pytest.raises(RemoteError) as held_one:
+            await asyncio.wait_for(peer.get_chunk(mine, 1), 10)
+        assert held_one.value.code == "no_chunk" and not replica.parked(1)
 
 
 async def test_a_chunk_we_asked_the_asker_for_is_not_parked_for_it() -> None:

@@ -544,6 +544,9 @@ def test_relay_takes_the_link_before_a_late_one_once_that_link_went_on() -> None
     # n1 is asked for our last chunk, once, for its news: it lacks it, and says so at once
     assert [r for r in reqs if r.source == "n1"] == [Request("n1", 15, False)]
     p.failed(15, "n1", Failure.MISSING)
+    for r in reqs:
+        if r.source == "n2":
+            p.failed(r.chunk, "n2", Failure.GONE)  # still not begun (it says so at once)
     for c in range(RELAY_START_AHEAD):
         p.add_chunk("n1", c)  # its news: it went on without n2, which is late
     reqs = p.next_requests()
@@ -574,6 +577,30 @@ def test_relay_waits_for_a_link_that_said_no_chunk_as_for_one_that_holds_nothing
     assert asked == {"n2"}  # never past it to n1 (nor the origin) meanwhile
     p.add_chunk("n2", 0)  # its first chunk
     assert [r.source for r in p.next_requests()] == ["n2"] * 2
+
+
+def test_relay_waits_for_a_link_that_holds_its_requests_as_for_one_that_holds_nothing() -> None:
+    """A link that answered "unknown version" and, asked again, does not answer: it began
+    (one that has not answers at once) and parks our requests until its own upstream
+    sends it their chunks. It is waited for as a link holding nothing is, not passed over
+    once ``RELAY_START_WAIT`` passed: the tail of an 8-link chain held the laggard after
+    it's requests for 0.16 s and got its first chunk 0.22 s in; the laggard took chunks
+    from the link before it meanwhile, the tail judged itself lagging and relayed from the
+    laggard: 3.69x one copy (bench/linerate.py --case slow --steps 2, traced; session 49)."""
+    p = _n2_answers_gone(member_grace=200, missing_ticks=2)  # n2 had not begun a moment ago
+    held_there: set[Request] = set()
+    for t in range(RELAY_START_WAIT + 20):
+        if t == 5:
+            p.set_source("n1", 1, range(8))  # the link before it goes on
+        for r in p.next_requests():
+            assert r.source == "n2" or r == Request("n1", 15, False)  # (n1's news)
+            if r.source == "n2":
+                held_there.add(r)  # parked there: no answer
+        p.tick()
+    assert held_there
+    p.add_chunk("n2", 0)
+    p.received(0, "n2")
+    assert {r.source for r in p.next_requests()} == {"n2"}
 
 
 def test_a_late_joiner_told_how_far_the_chain_went_asks_the_tail_from_its_first_plan() -> None:

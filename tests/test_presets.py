@@ -42,6 +42,7 @@ def test_the_node_runs_its_preset() -> None:
         reserve_after=SUPER_SEED_AFTER,
         seed_spare=NODE.seed_spare,
         cut_through=NODE.cut_through,  # (Node.start hands it to each PeerHandler)
+        park_starting=NODE.park_starting,  # (the same)
     )
     assert got == NODE
     assert uploads.policy.near_waiting == uploads.policy.max_waiting
@@ -70,6 +71,7 @@ async def test_a_hub_runs_the_preset_it_is_given(name: str) -> None:
             reserve_after=hub.super_seed_after,
             seed_spare=hub.seed_spare,
             cut_through=hub.node.dataplane.cut_through,  # (what each PeerHandler is given)
+            park_starting=hub.node.dataplane.park_starting,  # (the same)
         )
         assert got == PRESETS[name]
     finally:

@@ -177,3 +177,30 @@ def test_a_relay_link_that_fell_behind_passes_nothing_on_to_one_that_did_not() -
     assert past_laggards(ctx, True, lagging) is ctx
     bare = past_laggards(SeedContext(False, False, None), False, lagging)
     assert bare.can_pass_on is None and bare.behind is lagging
+
+
+@pytest.mark.parametrize(
+    ("have", "landing", "lagging", "want"),
+    [
+        (False, False, False, Verdict.PARK),  # we ask for it first: wait here for it
+        (False, True, False, Verdict.SERVE),  # landing: cut through, as ever
+        (True, False, False, Verdict.SERVE),
+        (False, False, True, Verdict.BUSY),  # a laggard parks nothing for a link that is not
+    ],
+)
+def test_a_fetch_that_holds_nothing_yet_parks_a_request_for_a_first_chunk(
+    have: bool, landing: bool, lagging: bool, want: Verdict
+) -> None:
+    """At the start of a fetch a link's first requests reach its upstream before that
+    upstream asked its own: parked rather than "no chunk" and a retry 20-30 ms later,
+    each hop of the chain forming trails by a piece, not by a retry and a chunk."""
+    got = serve_decision(
+        have=have,
+        incoming=False,
+        admit=lambda: True,
+        cut_through=True,
+        landing=landing,
+        lagging=lagging,
+        starting=True,
+    )
+    assert got.verdict is want

@@ -178,6 +178,7 @@ class Node:
             self._seed_context,
             lambda: self.shaper,
             cut_through=self.dataplane.cut_through,
+            park_starting=self.dataplane.park_starting,
             address=lambda: self.address,
             spread_after=self.dataplane.spread_after,
             restart_cc_after=self.dataplane.restart_cc_after,

@@ -150,6 +150,7 @@ class PeerHandler:
         seed_context: SeedView | None = None,
         shaper: Callable[[], WanShaper | None] | None = None,
         cut_through: bool = False,
+        park_starting: bool = False,
         address: Callable[[], str] | None = None,
         spread_after: float | None = None,
         restart_cc_after: float = 0.0,
@@ -160,6 +161,7 @@ class PeerHandler:
         congestion control afresh (0: never; presets: restart_cc_after)."""
         self._chunk_sent_at = time.monotonic()  # when the last chunk reply ended (or we began)
         self.cut_through = cut_through  # serve a chunk while it lands (presets: cut_through)
+        self.park_starting = park_starting  # (presets: park_starting; Replica.starting)
         self.spread_after = spread_after
         """Fetched copies super-seed too, with this ``reserve_after`` (None: only origins;
         presets: every_holder_seeds)."""
@@ -436,6 +438,11 @@ class PeerHandler:
             landing=landing is not None,
             lagging=replica.lagging,
             asker_lagging=msg.lagging,
+            # (Not once we asked anyone for it: ``incoming`` decides, the asker included.)
+            starting=not have
+            and asked is None
+            and self.park_starting
+            and replica.starting(msg.chunk),
         )
         if d.verdict is Verdict.PARK:
             self._parked.add(msg.req)

@@ -15,6 +15,7 @@ from ..core.errors import UnknownVersion
 from ..core.manifest import Manifest
 from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
+from ..core.swarm.serve import START_PARK_CHUNKS
 from ..io.tensors import TensorBytes
 
 
@@ -119,6 +120,18 @@ class Replica:
         self._landings.pop(chunk, None)
         self.data.landed(chunk)  # its device copy (if any) overlaps the rest of the fetch
         self.settle(chunk)
+
+    def starting(self, chunk: int) -> bool:
+        """Is ``chunk`` one of the version's first (``START_PARK_CHUNKS``) while our fetch of
+        it began and holds none of it yet (serve_decision's ``starting``)? A replica in the
+        store that lacks chunks is being fetched: swarm_fill adds it as the fetch begins and
+        removes it if the fetch fails, which answers every request parked here."""
+        return (
+            chunk < START_PARK_CHUNKS
+            and self.onward
+            and not self.lagging
+            and self.have.find(1) < 0  # (memchr: no Python loop over the chunks)
+        )
 
     def begin_landing(self, chunk: int) -> Landing:
         """A request's bytes of ``chunk`` begin to land in our memory: requests parked

@@ -54,6 +54,12 @@ class DataPlaneConfig:
     """Serve a chunk while its bytes land here, not once it is verified (the asker
     verifies it against the manifest either way): each hop of a relay then trails its
     upstream by a piece instead of a whole chunk (see serve.serve_decision)."""
+    park_starting: bool = False
+    """A fetch that began and holds nothing yet parks requests for the version's first
+    chunks until their bytes land here, rather than answer "no chunk" (serve.
+    serve_decision's ``starting``): a chain then forms at the start of a fetch a piece
+    per hop, not a retry and a chunk per hop. Only a relay's downstream asks a link that
+    holds nothing (``NODE``); a swarm asks holders."""
 
     restart_cc_after: float = 0.2
     """Seconds a connection may go without sending a chunk before the next one begins its
@@ -87,6 +93,7 @@ NODE = dataclasses.replace(
     uploads_per_peer=1,
     seed_spare=False,
     cut_through=True,
+    park_starting=True,
 )
 """A real node's settings (4 MiB chunks, a planner tick of 10 ms): a pipelined relay as
 the starting plan (PlannerConfig.relay) with the swarm as its repair, each upload to one
@@ -119,6 +126,7 @@ SIMULATED = dataclasses.replace(
     max_waiting=1,
     near_waiting=2,
     cut_through=True,
+    park_starting=True,
 )
 """The simulator's settings: ``NODE`` but for ``DEPARTURES``. The paper's scenarios run the
 swarm; ``sim/fanout.py`` (what ``bench/linerate.py`` prints beside each measured row) runs
