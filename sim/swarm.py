@@ -573,7 +573,15 @@ class Swarm:
         self._perform(f, session.requests(self.e.now))
         if self.timeline is not None and p.relay_upstream != node.traced_up:
             node.traced_up = p.relay_upstream
-            self._tl(f, "upstream", to=node.traced_up, held=p.held, passed=p.passed_over())
+            self._tl(
+                f,
+                "upstream",
+                to=node.traced_up,
+                held=p.held,
+                passed=p.passed_over(),
+                before=p.links_before,
+                lost=p.lost_sources(),
+            )
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)
             refused = self._refuse_queued(f)

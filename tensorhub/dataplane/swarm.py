@@ -537,8 +537,11 @@ class _Driver:
         planner = self.session.planner
         if self.trace is not None and planner.relay_upstream != self._upstream:
             self._upstream = planner.relay_upstream
-            held, passed = planner.held, planner.passed_over()
-            self.trace.event("upstream", to=self._upstream, held=held, passed=passed)
+            held, passed, before = planner.held, planner.passed_over(), planner.links_before
+            lost = planner.lost_sources()
+            self.trace.event(
+                "upstream", to=self._upstream, held=held, passed=passed, before=before, lost=lost
+            )
         if planner.lagging and not self.replica.lagging:
             refused = self._lag()
             held = planner.held

@@ -1537,6 +1537,17 @@ class ChunkPlanner:
                 return Passed.NOT_BEGUN
         return None if self._usable(src) else Passed.BLOCKED
 
+    @property
+    def links_before(self) -> list[str]:
+        """The links before us in the chain at our last upstream decision, nearest first
+        (a member we lost a moment ago, or one gossip does not list as alive, is none)."""
+        return self._relay_before
+
+    def lost_sources(self) -> dict[str, int]:
+        """Sources a relay lost (left, died, or found gone from the holder view), each with
+        the tick it was lost at (see :meth:`remove_source`). For a trace."""
+        return dict(self._removed)
+
     def passed_over(self) -> dict[str, str]:
         """Each link before us in the chain, nearest first, and why our last upstream
         decision passed over it (a :class:`Passed`); our upstream itself and the links
