@@ -581,6 +581,7 @@ class Swarm:
                 passed=p.passed_over(),
                 before=p.links_before,
                 lost=p.lost_sources(),
+                **p.chain_inputs(),
             )
         if p.lagging and not node.lagging:
             node.lag(self.cfg.cut_through)

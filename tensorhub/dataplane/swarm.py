@@ -538,9 +538,15 @@ class _Driver:
         if self.trace is not None and planner.relay_upstream != self._upstream:
             self._upstream = planner.relay_upstream
             held, passed, before = planner.held, planner.passed_over(), planner.links_before
-            lost = planner.lost_sources()
+            lost, inputs = planner.lost_sources(), planner.chain_inputs()
             self.trace.event(
-                "upstream", to=self._upstream, held=held, passed=passed, before=before, lost=lost
+                "upstream",
+                to=self._upstream,
+                held=held,
+                passed=passed,
+                before=before,
+                lost=lost,
+                **inputs,
             )
         if planner.lagging and not self.replica.lagging:
             refused = self._lag()

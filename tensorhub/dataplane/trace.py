@@ -19,7 +19,9 @@ One JSON object a line, one file per node and process (``<node>-<pid>.jsonl``), 
 - ``upstream``: the relay link we take chunks from changed (``to``, ``held``), and
   ``passed``: why each link between it and us was passed over (``planner.Passed``), and
   ``before``: the links before us in the chain as we saw it, nearest first, and ``lost``:
-  sources we lost (left, died, or gone from the holder view), with the tick;
+  sources we lost (left, died, or gone from the holder view), with the tick; and what the
+  chain was made of (``sources``, ``fetchers``, ``members``, ``laggards``:
+  ``ChunkPlanner.chain_inputs``);
 - ``lagging``: we judged ourselves behind the chain (``held``, ``up``; ``paced`` if by our
   pace, before the look ended: ``core/swarm/pace.py``), and ``refused``:
   how many queued replies our serving side then answered "busy"; ``told`` when the link

@@ -1543,6 +1543,17 @@ class ChunkPlanner:
         (a member we lost a moment ago, or one gossip does not list as alive, is none)."""
         return self._relay_before
 
+    def chain_inputs(self) -> dict[str, list[str]]:
+        """What our chain is made of (see :meth:`_upstream`): the links the holder view
+        lists (``sources``), our datacenter's fetchers and its other live members, and the
+        links we take to lag (judged in this fetch or remembered). For a trace."""
+        return {
+            "sources": sorted(self._links()),
+            "fetchers": list(self.dc_fetchers),
+            "members": list(self.dc_members),
+            "laggards": sorted(self._lagging | set(self._lagged_before)),
+        }
+
     def lost_sources(self) -> dict[str, int]:
         """Sources a relay lost (left, died, or found gone from the holder view), each with
         the tick it was lost at (see :meth:`remove_source`). For a trace."""
