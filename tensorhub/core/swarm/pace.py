@@ -37,6 +37,14 @@ kept them behind it in the next step (2.26x one copy). That round was not traced
 reading, unverified: a link whose upstream has just sped up (the slow link before that
 upstream moved to the tail) kept getting its chunks at the old pace for a while, and its
 window read like a slow NIC's, where the look would have seen it catch up.
+
+Session 49 traced such verdicts (docs/results.md): each was a healthy link that really
+got its chunks steadily slower, because another link shared its upstream's uplink: a
+remembered laggard that passed over the tail as not begun (fixed: ``ChunkPlanner.
+_begun``, ``_passed_over``), or a link whose view of its datacenter lacked a live member
+and relayed past it (3 of 768 traced first plans; open). The pace cannot tell that from
+a slow NIC; the look, which waits 0.2 s, catches fewer of them. With the first fixed,
+3 of 60 rounds with the rule on still failed so.
 """
 
 from __future__ import annotations

@@ -59,7 +59,14 @@ class DataPlaneConfig:
     chunks until their bytes land here, rather than answer "no chunk" (serve.
     serve_decision's ``starting``): a chain then forms at the start of a fetch a piece
     per hop, not a retry and a chunk per hop. Only a relay's downstream asks a link that
-    holds nothing (``NODE``); a swarm asks holders."""
+    holds nothing (``NODE``); a swarm asks holders. Measured with both settings in each
+    round (bench/linerate.py, N=8, 256 MiB, 1 Gbit/s; docs/results.md, session 49): a
+    job's first step with a half-rate link 1.203x one copy against 1.218x (12 rounds),
+    healthy 1.081x against 1.078x (8), the next step 1.103x against 1.099x (6): within
+    the rounds' spread. In a first step the chain formed with few retries either way; in
+    a next step a link asked early was parked (its first chunk 7 ms after its upstream's)
+    but each connection idle since the last step took 27-48 ms more for its first chunk
+    under either setting (TCP ramping up again)."""
 
     restart_cc_after: float = 0.2
     """Seconds a connection may go without sending a chunk before the next one begins its
