@@ -557,10 +557,22 @@ def _tensorhub(
                 if not stops:  # (it stopped serving it already)
                     c.call(["publisher"], "drop", MODEL, version - 1)
 
+        members = [s.name for s in specs]
+
+        def settled() -> None:
+            c.wait_members(members)
+
         for version in range(1, steps):  # (the steps before the measured one)
             publish(version, 3 + version)
             stop = partial(_stop_after_first_copy, c, names, version) if stops else None
-            ends, _ = c.fetch_each(names, MODEL, version, None, stop)
+            # Each step's fetches begin once every node's gossip holds every other alive,
+            # as the measured step's do (prepared, below). Until session 49 the first step
+            # of a run began on fresh processes without that wait: the 3 traced first plans
+            # (of 768) whose view of the datacenter lacked a live member were all in such a
+            # step. Each link relayed past the member beside another link, judged itself
+            # lagging, and the lag memory kept it behind the slow link in the measured step
+            # (2.2-2.5x one copy).
+            ends, _ = c.fetch_each(names, MODEL, version, None, stop, settled)
             step_seconds.append(_last_healthy(ends, healthy))
             lag_memory.append(c.wait_lag_memory(names, MODEL))
         version = steps
@@ -587,7 +599,7 @@ def _tensorhub(
             # cost, and it was counted until session 8: ~0.3 s of the ~4 s per GB).
             nonlocal start, settle
             # ... and every node's gossip holds every other alive (HubProcs.wait_members)
-            settle = c.wait_members([s.name for s in specs])
+            settle = c.wait_members(members)
             if sampler is not None:
                 sampler.start()
             start = _cpu_now()

@@ -42,9 +42,10 @@ Session 49 traced such verdicts (docs/results.md): each was a healthy link that 
 got its chunks steadily slower, because another link shared its upstream's uplink: a
 remembered laggard that passed over the tail as not begun (fixed: ``ChunkPlanner.
 _begun``, ``_passed_over``), or a link whose view of its datacenter lacked a live member
-and relayed past it (3 of 768 traced first plans; open). The pace cannot tell that from
-a slow NIC; the look, which waits 0.2 s, catches fewer of them. With the first fixed,
-3 of 60 rounds with the rule on still failed so.
+and relayed past it (3 of 768 traced first plans, all in a bench step begun before the
+members' gossip settled; bench/linerate.py waits now). The pace cannot tell that from a
+slow NIC; the look, which waits 0.2 s, catches fewer of them. With the first fixed, 3 of
+60 rounds with the rule on still failed so; since the bench's fix, not measured.
 """
 
 from __future__ import annotations
