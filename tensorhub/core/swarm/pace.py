@@ -45,7 +45,8 @@ _begun``, ``_passed_over``), or a link whose view of its datacenter lacked a liv
 and relayed past it (3 of 768 traced first plans, all in a bench step begun before the
 members' gossip settled; bench/linerate.py waits now). The pace cannot tell that from a
 slow NIC; the look, which waits 0.2 s, catches fewer of them. With the first fixed, 3 of
-60 rounds with the rule on still failed so; since the bench's fix, not measured.
+60 rounds with the rule on still failed so; with the bench's fix, 1 of 18 failed, its
+link judged by the look (1.180x one copy on against 1.200x off, paired).
 """
 
 from __future__ import annotations
