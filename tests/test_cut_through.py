@@ -232,6 +232,35 @@ async def test_a_link_that_holds_nothing_yet_parks_a_request_for_a_first_chunk()
         assert held_one.value.code == "no_chunk" and not replica.parked(1)
 
 
+async def test_a_new_asker_is_told_every_chunk_held_before_it_asked() -> None:
+    """A link's news reaches only peers that asked it for the version, from their first
+    request on; what it held before then reached them by gossip, a round late, and a relay
+    asks no further than the run it knows its upstream holds (the hole left a link asking
+    nothing for 0.3 s with its upstream 8 chunks ahead: docs/results.md, session 50). The
+    first request on a connection is now told every chunk held, ahead of its reply, once;
+    a complete replica (the holder view lists it as full) tells nothing."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK // 8)
+        replica = await _landing_replica(relay, holder)
+        up = await relay.peer(holder.address)
+        for c in (0, 1, 3):
+            await up.get_chunk(replica, c)
+        told: list[tuple[str, list[int]]] = []
+        unwatch = asker.watch_haves("m", 1, lambda addr, chunks: told.append((addr, chunks)))
+        try:
+            peer = await asker.peer(relay.address)
+            mine = _empty(await peer.get_manifest("m", 1))  # (the Have comes ahead of it)
+            assert told == [(relay.address, [0, 1, 3])]
+            await asyncio.wait_for(peer.get_chunk(mine, 1), 10)
+            assert told == [(relay.address, [0, 1, 3])]  # once per connection and version
+            full = await asker.peer(holder.address)
+            await full.get_manifest("m", 1)
+            assert told == [(relay.address, [0, 1, 3])]
+        finally:
+            unwatch()
+
+
 async def test_a_chunk_we_asked_the_asker_for_is_not_parked_for_it() -> None:
     """Two laggards each took the other for the laggard ahead of it (both held chunks past
     the same hole, so each seemed further on) and each asked the other for the hole's

@@ -794,8 +794,25 @@ def test_relay_asks_within_its_upstreams_run_of_chunks_not_past_its_highest() ->
     p.set_source("n2", 1, [0, 49])
     assert sorted(r.chunk for r in p.next_requests()) == [0, 1, 2, 3]
     p.received(0, "n2")
-    p.received(1, "n2")  # (early: n2 is asked for 2 and 3 and has not said it holds 1)
-    assert [r.chunk for r in p.next_requests()] == [4]  # its run is [0]: 4 past it, not 53
+    p.received(1, "n2")  # (before n2's news of 1: it sent 1, so it holds it)
+    assert [r.chunk for r in p.next_requests()] == [4, 5]  # its run is [0, 1]: not 53
+
+
+def test_relay_takes_a_chunk_its_upstream_sent_for_one_it_holds() -> None:
+    """An upstream's news names the chunks it gained once we asked it; one it held before
+    that reaches us by gossip, late, and until then the run we know it holds stops short
+    of it: we asked nothing past that run while it was chunks ahead (the link that moved on
+    past a laggard: docs/results.md, session 50). The chunk it sent us fills the hole."""
+    p = relay_planner("n3", n=32, per_source=4)
+    p.set_source("n2", 1, range(4))  # (gossip: it held 0-3 then)
+    assert sorted(r.chunk for r in p.next_requests()) == [0, 1, 2, 3]
+    for c in range(5, 12):  # (its news since we asked; it held 4 before)
+        p.add_chunk("n2", c)
+    for c in range(4):
+        p.received(c, "n2")
+    assert sorted(r.chunk for r in p.next_requests()) == [4, 5, 6, 7]
+    p.received(4, "n2")
+    assert [r.chunk for r in p.next_requests()] == [8]  # its run is 0-11 now
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(1, 40))
@@ -1664,6 +1681,7 @@ def test_a_link_that_moves_to_a_new_upstream_waits_on_it_afresh() -> None:
     p.received(asked[0].chunk, "n4")
     more = p.next_requests()
     p.received(asked[1].chunk, "n4")
+    more += p.next_requests()  # (n4 sent us chunk 1, so it holds it: we may ask for 4)
     assert p.next_requests() == []  # as far ahead as n4 lets us be: we wait on it
     p.remove_source("n4")  # it is gone; n3's run of chunks is as long as n4's was
     p.set_source("n3", 1, [0])

@@ -201,7 +201,9 @@ class PeerHandler:
         self, conn: Connection, msg: Message, payload_len: int
     ) -> Sequence[memoryview] | None:
         if isinstance(msg, GetChunk | GetManifest):
-            self.asked_for.add((msg.key, msg.version))
+            if (msg.key, msg.version) not in self.asked_for:
+                self.asked_for.add((msg.key, msg.version))
+                self._tell_held(msg.key, msg.version)
             self._queue_reply(msg)
             return None
         if isinstance(msg, Cancel):
@@ -527,6 +529,32 @@ class PeerHandler:
             return
         self._haves.setdefault((key, version, addr), []).append(chunk)
         self._wake_writer()
+
+    def _tell_held(self, key: ShardKey, version: int) -> None:
+        """The peer asked us for (key, version) for the first time on this connection: tell
+        it every chunk of it we hold, ahead of the reply. From now on it hears of each chunk
+        we gain as we gain it (``Node.announce``), but what we held before it asked reached
+        it only by gossip, a round or more late, and a relay asks its upstream no further
+        than the run it knows that upstream holds (``ChunkPlanner._prefix``): a link that
+        moved on to the link before a laggard mid-fetch knew its new upstream's chunks up to
+        one before it asked, and news of the later ones left that hole open, so it asked
+        nothing for 0.3 s with its upstream 8 chunks ahead, fell behind, and judged itself
+        lagging (bench/linerate.py --case slow, traced: docs/results.md, session 50). A
+        complete replica is not told: the holder view lists it as full (an origin from its
+        publish, a fetcher once its fetch ends), and listing every chunk of a 35k-chunk
+        version to each asker costs more than the hint is worth."""
+        if self._address is None or self.conn.is_closing:
+            return
+        try:
+            replica = self.store.get(key, version)
+        except UnknownVersion:
+            return
+        if replica.complete:
+            return
+        held = replica.held_chunks()
+        if held:
+            self._haves.setdefault((key, version, self._address()), []).extend(held)
+            self._wake_writer()
 
     async def _write_loop(self) -> None:
         conn = self.conn

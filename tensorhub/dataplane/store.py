@@ -112,6 +112,10 @@ class Replica:
     def held(self) -> int:
         return sum(self.have)
 
+    def held_chunks(self) -> list[int]:
+        """The chunks verified here, in order (what a new asker is told: PeerHandler)."""
+        return [c for c, h in enumerate(self.have) if h]
+
     def mark(self, chunk: int, landing: Landing | None = None) -> None:
         """``chunk`` is verified (its bytes came through ``landing``, if one)."""
         self.have[chunk] = 1

@@ -923,6 +923,19 @@ class ChunkPlanner:
         self._rack_waiting.pop(chunk, None)
         st = self._chunks.pop(chunk, None)
         self._release(source)
+        src = self.sources.get(source)
+        if src is not None and chunk not in src.chunks:
+            # It sent us the chunk, so it holds it (cutting through, it sends the last piece
+            # once the chunk verified there). Its news names only chunks it gained after we
+            # first asked it, and a relay asks no further than the run it knows its upstream
+            # holds (_prefix): a chunk the upstream held before we asked, that gossip had not
+            # told us of yet, left that run short, and the link asked nothing while its
+            # upstream was chunks ahead (docs/results.md, session 50; the node's serving side
+            # now tells a new asker what it holds, PeerHandler._tell_held, and this covers
+            # a complete upstream, which is not told).
+            src.chunks.add(chunk)
+            src.gained(chunk)
+            self._hold(source, chunk)
         if self.relay:
             self._timed(chunk, source)
         if st is None:
