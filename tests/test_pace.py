@@ -145,7 +145,7 @@ def test_the_simulated_first_step_with_a_half_rate_link_ends_sooner() -> None:
     """sim/fanout.py, N=8 with r5 at half rate, 256 MiB at 1 Gbit/s: the links after r5
     relay at its pace until its verdict, so a verdict a look sooner is theirs to keep
     (1.117x one copy without, 1.088x with, seeds 1-3 when it was built); a healthy chain
-    is not touched. Off by default (``PlannerConfig.pace_verdict``)."""
+    is not touched. On by default (``PlannerConfig.pace_verdict``)."""
 
     def last_healthy(name: str, rates: dict[int, float]) -> float:
         runs = [predict_each(8, 256 * MiB, 1000, 4 * MiB, preset(name), s, rates) for s in (1, 2)]
@@ -153,7 +153,7 @@ def test_the_simulated_first_step_with_a_half_rate_link_ends_sooner() -> None:
             max(v for i, v in enumerate(each, 1) if i not in rates) for each in runs
         )
 
-    on = "node:planner.pace_verdict=true"
+    off = "node:planner.pace_verdict=false"
     slow = {5: 500.0}
-    assert last_healthy(on, slow) < last_healthy("node", slow) - 0.015
-    assert last_healthy(on, {}) == last_healthy("node", {})
+    assert last_healthy("node", slow) < last_healthy(off, slow) - 0.015
+    assert last_healthy("node", {}) == last_healthy(off, {})

@@ -378,7 +378,7 @@ def test_a_slow_link_remembered_from_the_last_step_costs_the_chain_nothing() -> 
         return max(t for i, t in enumerate(times) if i != 2)
 
     first, second, third = healthy(1), healthy(2), healthy(3)
-    assert first > 1.1  # (1.146: the verdict's cost; 1.081 with PlannerConfig.pace_verdict)
+    assert first > second + 0.04  # (1.081: the verdict's cost; 1.146 by the look alone)
     assert second < 1.03 and third == second  # (1.019: a chain's fill)
 
 

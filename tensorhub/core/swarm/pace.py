@@ -31,22 +31,21 @@ a healthy relay steadily it judges it as the look does, only sooner. Simulated
 (``sim/fanout.py``, the same planner): N=8 1.117x → 1.088x, N=4 1.117x → 1.081x;
 healthy chains unchanged.
 
-Off by default (``PlannerConfig.pace_verdict``): in the first step of one later round two
-healthy links after the slow one were judged lagging, 10 chunks in, and the lag memory
-kept them behind it in the next step (2.26x one copy). That round was not traced. Our
-reading, unverified: a link whose upstream has just sped up (the slow link before that
-upstream moved to the tail) kept getting its chunks at the old pace for a while, and its
-window read like a slow NIC's, where the look would have seen it catch up.
+Off by default from session 48 to 50 (``PlannerConfig.pace_verdict``): in the first step
+of one later round two healthy links after the slow one were judged lagging, 10 chunks
+in, and the lag memory kept them behind it in the next step (2.26x one copy).
 
-Session 49 traced such verdicts (docs/results.md): each was a healthy link that really
-got its chunks steadily slower, because another link shared its upstream's uplink: a
-remembered laggard that passed over the tail as not begun (fixed: ``ChunkPlanner.
-_begun``, ``_passed_over``), or a link whose view of its datacenter lacked a live member
-and relayed past it (3 of 768 traced first plans, all in a bench step begun before the
-members' gossip settled; bench/linerate.py waits now). The pace cannot tell that from a
-slow NIC; the look, which waits 0.2 s, catches fewer of them. With the first fixed, 3 of
-60 rounds with the rule on still failed so; with the bench's fix, 1 of 18 failed, its
-link judged by the look (1.180x one copy on against 1.200x off, paired).
+Sessions 49 and 50 traced such verdicts (docs/results.md): each was a healthy link that
+really got its chunks steadily slower, or fell behind for a while, for a cause outside
+its NIC, each now fixed: a remembered laggard that passed over the tail as not begun
+(``ChunkPlanner._begun``, ``_passed_over``), so two links shared an uplink; a link whose
+view of its datacenter lacked a live member and relayed past it (a bench step begun
+before the members' gossip settled; bench/linerate.py waits now); and a link that moved
+on to a new upstream mid-fetch and knew that upstream's chunks only up to a hole (what it
+held before the first ask reached the link by gossip alone), so it asked nothing for 0.3
+s while its upstream was 8 chunks ahead (``ChunkPlanner.received``,
+``PeerHandler._tell_held``). On by default since: 1.150x one copy against 1.226x with
+the look alone, both in each of 22 rounds, and no healthy link judged with it.
 """
 
 from __future__ import annotations

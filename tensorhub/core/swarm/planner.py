@@ -228,18 +228,19 @@ class PlannerConfig:
     chain's tail (:meth:`ChunkPlanner.set_lagged_before`). Off
     (``node:planner.lag_memory=false``), each fetch judges them afresh, as until session
     32."""
-    pace_verdict: bool = False
+    pace_verdict: bool = True
     """``relay``: a link that fell ``LAG_FALL`` behind its upstream is judged lagging at
     once, without waiting for the look to end, if its own chunks came steadily slower than
-    the upstream gained its own (``pace``). Off by default: a job's first step with a
-    half-rate link, alternated round by round, took N=8 1.170x one copy against 1.202x (27
-    rounds each) and N=4 1.138x against 1.161x (6), and no healthy round judged a link;
-    but in the first step of one later round (bench/linerate.py --receivers 8 --case slow
-    --steps 2) two healthy links after the slow one were judged lagging 10 chunks in, and
-    with the lag memory the next step relayed them behind it: 2.07x and 2.26x one copy.
-    That round was not traced; the look, which the rule cuts short, would have given those
-    links time to catch up (docs/results.md, session 48).
-    ``node:planner.pace_verdict=true`` runs it."""
+    the upstream gained its own (``pace``). On since session 50: a job's first step with a
+    half-rate link (bench/linerate.py --receivers 8 --case slow --steps 2), both settings
+    in every round, took 1.150x one copy with it against 1.226x without (22 rounds, lower
+    in 21), and no round with it judged a healthy link (one without it did, by the look,
+    on a busy host: 1.61x); healthy N=8 took 1.114x against 1.113x (9 rounds), N=4 with
+    a half-rate link 1.124x against 1.152x (2). Off from session 48 to 50 after false
+    verdicts with it on; sessions 49 and 50 traced each to a cause now fixed (a tail
+    passed over as not begun, a bench step begun on partial gossip views, a hole in a
+    link's view of its new upstream's chunks: ``received``, ``PeerHandler._tell_held``;
+    docs/results.md). ``node:planner.pace_verdict=false`` runs the look alone."""
     side_chunks: bool = False
     """``relay``: the link after one that keeps falling behind its own upstream takes lone
     chunks from that upstream meanwhile (``ChunkPlanner._side_feed``). Off by default:
