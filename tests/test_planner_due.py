@@ -129,7 +129,9 @@ def test_a_relay_links_news_from_the_link_after_it_is_no_change_once_it_holds_ch
     p.add_chunk("c", 1)  # a chunk we lack: a change
     assert p._changes > before
     before = p._changes
-    p.add_chunk("a", 0)  # our upstream's reach: a change
+    p.add_chunk("a", 0)  # it sent us 0 (received): known already, no news
+    assert p._changes == before
+    p.add_chunk("a", 2)  # our upstream's reach: a change
     assert p._changes > before
     before = p._changes
     p.add_chunk("c", 0)  # held already (by us), from a link after us: none
