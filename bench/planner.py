@@ -8,7 +8,10 @@ is planner time per completed chunk / memcpy time per chunk, for versions of 1,0
 
 The source-update path is timed too, since the holder view feeds it all along a fetch: a
 full holder announced (and a second one), and a swarm's worth of updates per chunk (4
-fetchers announcing each chunk as they get it, then becoming full holders), per chunk.
+fetchers announcing each chunk as they get it, then becoming full holders), per chunk;
+and a link's first ``Have`` to a new asker, which lists every chunk it holds
+(``PeerHandler._tell_held``): half the version, gossip having told the asker of all but
+the last 5 of them (``FetchSession.add_chunks``).
 
     python bench/planner.py --json out/planner.json
 """
@@ -68,6 +71,20 @@ def full_holder_seconds(chunks: int, reps: int = 5) -> float:
     return median(times)
 
 
+def first_have_seconds(chunks: int, reps: int = 5) -> float:
+    """A new upstream's first Have of half the version, of which gossip told us all but the
+    last 5 chunks, median of ``reps``."""
+    held = list(range(chunks // 2))
+    times = []
+    for _ in range(reps):
+        p = ChunkPlanner("me", chunks, random.Random(0), PlannerConfig(relay=True))
+        p.set_source("up", 1, held[:-5])
+        t = time.perf_counter()
+        p.add_chunks("up", held)
+        times.append(time.perf_counter() - t)
+    return median(times)
+
+
 def source_updates_seconds_per_chunk(chunks: int, peers: int = 4) -> float:
     """A fetch's worth of holder-view news, per chunk: ``peers`` fetchers each announce
     every chunk as they get it (add_chunk) and then complete (set_source(None))."""
@@ -96,8 +113,17 @@ def main() -> None:
         per = planner_seconds_per_chunk(chunks)
         full = full_holder_seconds(chunks)
         updates = source_updates_seconds_per_chunk(chunks)
+        have = first_have_seconds(chunks)
         rows.append(
-            [chunks, per * 1e6, updates * 1e6, copy * 1e6, (per + updates) / copy, full * 1e3]
+            [
+                chunks,
+                per * 1e6,
+                updates * 1e6,
+                copy * 1e6,
+                (per + updates) / copy,
+                full * 1e3,
+                have * 1e3,
+            ]
         )
         results.append(
             {
@@ -106,6 +132,7 @@ def main() -> None:
                 "source_updates_s_per_chunk": updates,
                 "ratio_to_memcpy": (per + updates) / copy,
                 "full_holder_announce_s": full,
+                "first_have_of_half_s": have,
             }
         )
     print_table(
@@ -117,6 +144,7 @@ def main() -> None:
             "memcpy µs",
             "(planner + updates) / memcpy",
             "full holder announced, ms",
+            "a new upstream's first Have (half held), ms",
         ],
         rows,
     )

@@ -1691,3 +1691,19 @@ def test_a_link_that_moves_to_a_new_upstream_waits_on_it_afresh() -> None:
     assert {r.source for r in moved} == {"n3"}, moved
     assert {r.source for r in p.next_requests()} <= {"n3"}
     assert not any(r.source == "origin" for r in asked + more + moved)
+
+
+def test_a_have_of_many_chunks_costs_only_what_was_not_known() -> None:
+    """A link's first Have to a new asker lists every chunk it held (PeerHandler._tell_held),
+    most of them known from gossip: ``add_chunks`` takes in what was not known, in order,
+    and a Have of known chunks still marks the source seen (alive news)."""
+    p = relay_planner("n3", n=32, per_source=4)
+    p.set_source("n2", 1, range(9))
+    p.add_chunks("n2", [7, 3, 9, 11, 10, 8])
+    assert p.sources["n2"].chunks == set(range(12)) and p.sources["n2"].top == 11
+    for _ in range(5):
+        p.tick()
+    p.add_chunks("n2", [4, 5])
+    assert p.sources["n2"].seen_at == p.now
+    p.add_chunks("nobody", [1])  # (a source we do not know of: nothing, as add_chunk)
+    assert "nobody" not in p.sources

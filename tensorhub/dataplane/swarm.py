@@ -211,8 +211,7 @@ async def swarm_fill(
     unwatch = view.watch_sources(key, version, news.append)
 
     def seen(addr: str, chunks: list[int]) -> None:  # a peer's Have: faster than gossip
-        for c in chunks:
-            session.add_chunk(addr, c)
+        session.add_chunks(addr, chunks)
 
     unhave = node.watch_haves(key, version, seen)
     unbehind = node.watch_behind(key, version, driver.told_behind)

@@ -200,6 +200,11 @@ class FetchSession:
         self.planner.add_chunk(name, chunk, tier)
 
     @_input
+    def add_chunks(self, name: str, chunks: Sequence[int]) -> None:
+        """A source announced it holds ``chunks`` (a peer's ``Have``: ChunkPlanner.add_chunks)."""
+        self.planner.add_chunks(name, chunks)
+
+    @_input
     def seen_all(self, names: Sequence[str]) -> None:
         """The holder view lists ``names`` as alive now (one input for a whole listing)."""
         self.planner.seen_all(names)
