@@ -556,6 +556,14 @@ class ChunkPlanner:
             del self._asleep[c]  # a new holder to ask; or no crossing needed any more
             self._return(c)
 
+    def _gain(self, name: str, src: SourceInfo, c: int) -> None:
+        """``name`` (``src``) holds ``c``, which we did not know of: its chunks, its run
+        (``top``) and the chunk's holders follow (the holder view, a peer's news, or the
+        chunk it sent us)."""
+        src.chunks.add(c)
+        src.gained(c)
+        self._hold(name, c)
+
     def _wake_below(self, c: int) -> int:
         """A new holder of ``c`` wakes it if it ranks below this: any holder, unless ``c``
         waits for an owner to bring it into our rack (then a rack-mate) or datacenter."""
@@ -688,9 +696,7 @@ class ChunkPlanner:
             return
         assert chunks is not None
         for c in set(chunks) - src.chunks if name not in self._full else ():
-            src.chunks.add(c)
-            src.gained(c)
-            self._hold(name, c)
+            self._gain(name, src, c)
 
     def set_lagged_before(self, names: Iterable[str]) -> None:
         """``relay``: links (us, perhaps) that fell behind in their last fetch of this key
@@ -735,9 +741,7 @@ class ChunkPlanner:
                 self._changes += 1
             src.seen_at = self.now
             if chunk not in src.chunks:
-                src.chunks.add(chunk)
-                src.gained(chunk)
-                self._hold(name, chunk)
+                self._gain(name, src, chunk)
 
     def add_chunks(self, name: str, chunks: Iterable[int]) -> None:
         """A known source holds ``chunks``: :meth:`add_chunk` for each we did not know of, in
@@ -949,9 +953,7 @@ class ChunkPlanner:
             # upstream was chunks ahead (docs/results.md, session 50; the node's serving side
             # now tells a new asker what it holds, PeerHandler._tell_held, and this covers
             # a complete upstream, which is not told).
-            src.chunks.add(chunk)
-            src.gained(chunk)
-            self._hold(source, chunk)
+            self._gain(source, src, chunk)
         if self.relay:
             self._timed(chunk, source)
         if st is None:
