@@ -45,11 +45,12 @@ from tensorhub.core.swarm import (
 from tensorhub.core.swarm.planner import NEVER
 from tensorhub.core.swarm.presets import SIMULATED, DataPlaneConfig
 from tensorhub.core.swarm.serve import (
-    START_PARK_CHUNKS,
     Verdict,
+    fetch_starting,
     past_laggards,
     seed_context,
     serve_decision,
+    started_parks,
 )
 from tensorhub.core.swarm.session import (
     Abandon,
@@ -180,15 +181,18 @@ class _Node:
     on_drained: Callable[[], None] | None = None  # once no upload reads it (withdrawn)
 
     def starting_fetch(self, chunk: int) -> bool:
-        """As the node's ``Replica.starting``: its fetch began, it holds nothing yet, and
-        ``chunk`` is one of the first (``START_PARK_CHUNKS``)."""
-        return (
-            chunk < START_PARK_CHUNKS
-            and self.started is not None
-            and self.finished is None
-            and not self.lagging
-            and self.have.find(1) < 0
-        )
+        """As the node's ``Replica.starting`` (one rule: ``fetch_starting``)."""
+        fetching = self.started is not None and self.finished is None
+        return fetch_starting(chunk, fetching=fetching, lagging=self.lagging, have=self.have)
+
+    def first_chunk(self, chunk: int, cut_through: bool) -> None:
+        """``chunk`` is the first this fetch holds, as the node's ``Replica.mark`` of its
+        first: what was parked only because it was starting is answered again."""
+        self.have[chunk] = 1
+        waiting = self.starting if cut_through else self.parked
+        for c in started_parks(waiting, self.receiving):
+            for answer in waiting.pop(c, []):
+                answer()
 
     def lag(self, cut_through: bool) -> None:
         """As the node's ``Replica.lag``: its fetch relays from the tail now; who is parked
@@ -899,6 +903,8 @@ class Swarm:
             return
         node = self.nodes[f]
         first = not node.have[r.chunk]
+        if node.have.find(1) < 0:
+            node.first_chunk(r.chunk, self.cfg.cut_through)
         node.have[r.chunk] = 1  # (before Settle wakes who waited for it here)
         self._perform(f, session.verified(r))
         if first:

@@ -232,6 +232,34 @@ async def test_a_link_that_holds_nothing_yet_parks_a_request_for_a_first_chunk()
         assert held_one.value.code == "no_chunk" and not replica.parked(1)
 
 
+async def test_a_request_parked_while_starting_is_answered_once_a_first_chunk_is_held() -> None:
+    """A request parked only because the link held nothing yet (``starting``) waits on the
+    link asking for that chunk first. A link whose own request for it was lost left the
+    chunk to a rack-mate, and that rack-mate had asked *it*: each waited on the other
+    (simulated, elastic with preemptions: 83 of seeds 0-999 never ended; the node would
+    have waited out its request timeout). Once the link holds a chunk, what it parked
+    only for starting is answered again: "no chunk" for one it has not asked for; one it
+    has asked for stays parked and comes as it lands."""
+    sd = weights()
+    async with trio() as (holder, relay, asker):
+        holder.serve("m", 1, sd, chunk_size=CHUNK // 8)
+        replica = await _landing_replica(relay, holder)  # began: nothing held, nothing asked
+        mine, waiting = await _asked_before_it_lands(asker, relay, replica, 0)
+        replica.incoming[1] = "holder"  # (as the relay's fetch records it, asking for 1)
+        other, asked = await _asked_before_it_lands(asker, relay, replica, 1)
+        up = await relay.peer(holder.address)
+        await up.get_chunk(replica, 2)  # its first chunk, not one the asker waits for
+        with pytest.raises(RemoteError) as none:
+            await asyncio.wait_for(waiting, 10)
+        assert none.value.code == "no_chunk" and not replica.parked(0)
+        assert not asked.done() and replica.parked(1)
+        await up.get_chunk(replica, 1)
+        await asyncio.wait_for(asked, 10)
+        want = b"".join(bytes(p) for p in holder.store.get("m", 1).data.read_parts(1))
+        assert b"".join(bytes(p) for p in other.data.read_parts(1)) == want
+        assert not mine.have[0]
+
+
 async def test_a_new_asker_is_told_every_chunk_held_before_it_asked() -> None:
     """A link's news reaches only peers that asked it for the version, from their first
     request on; what it held before then reached them by gossip, a round late, and a relay

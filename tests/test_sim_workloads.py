@@ -82,13 +82,16 @@ def test_elastic_joiners_finish_despite_preempted_holders(seed: int) -> None:
     assert len(o.schemes["tensorhub"].rollout_stall) == 8  # invariants checked inside run
 
 
-@pytest.mark.parametrize("seed", [7, 10, 184, 241])
+@pytest.mark.parametrize("seed", [7, 10, 18, 184, 241, 298])
 def test_elastic_preemption_regression_seeds(seed: int) -> None:
-    """Seeds of the test above that hung (CI: TENSORHUB_SEED=686980184, i.e. 184). A node
-    whose source died mid-chunk had already settled the chunk when a follower's bytes,
-    outrunning the cancelled stream, arrived and parked on it for ever (7); and once their
-    source died, two rack-mates passed each other the bytes they had each been passing on,
-    then waited on each other (10, 184, 241)."""
+    """Seeds of the test above that hung (CI: TENSORHUB_SEED=686980184, i.e. 184; and
+    769988298, i.e. 298). A node whose source died mid-chunk had already settled the chunk
+    when a follower's bytes, outrunning the cancelled stream, arrived and parked on it for
+    ever (7); once their source died, two rack-mates passed each other the bytes they had
+    each been passing on, then waited on each other (10, 184, 241); a node whose first
+    request for a chunk was lost parked its rack-mates' requests for it, holding nothing
+    yet (``starting``), and left the chunk to the rack-mate that owns its way into the
+    rack, which waited on it (18, 298; 83 of seeds 0-999 before ``started_parks``)."""
     o = run(small("elastic", seed=seed, preempt=0.5))
     assert len(o.schemes["tensorhub"].rollout_stall) == 8  # invariants checked inside run
 

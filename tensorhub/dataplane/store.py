@@ -15,7 +15,7 @@ from ..core.errors import UnknownVersion
 from ..core.manifest import Manifest
 from ..core.naming import ShardKey, display_name
 from ..core.swarm import SuperSeeder
-from ..core.swarm.serve import START_PARK_CHUNKS
+from ..core.swarm.serve import fetch_starting, started_parks
 from ..io.tensors import TensorBytes
 
 
@@ -117,25 +117,26 @@ class Replica:
         return [c for c, h in enumerate(self.have) if h]
 
     def mark(self, chunk: int, landing: Landing | None = None) -> None:
-        """``chunk`` is verified (its bytes came through ``landing``, if one)."""
+        """``chunk`` is verified (its bytes came through ``landing``, if one). Our first:
+        requests parked because we were starting are answered again (``started_parks``)."""
+        first = self.have.find(1) < 0
         self.have[chunk] = 1
         if landing is not None:
             landing.end(verified=True)
         self._landings.pop(chunk, None)
         self.data.landed(chunk)  # its device copy (if any) overlaps the rest of the fetch
         self.settle(chunk)
+        if first:
+            parked = {*self._parked, *self._awaiting_bytes}
+            for c in started_parks(parked, self._landings.__contains__):
+                self.settle(c)
 
     def starting(self, chunk: int) -> bool:
         """Is ``chunk`` one of the version's first (``START_PARK_CHUNKS``) while our fetch of
         it began and holds none of it yet (serve_decision's ``starting``)? A replica in the
         store that lacks chunks is being fetched: swarm_fill adds it as the fetch begins and
         removes it if the fetch fails, which answers every request parked here."""
-        return (
-            chunk < START_PARK_CHUNKS
-            and self.onward
-            and not self.lagging
-            and self.have.find(1) < 0  # (memchr: no Python loop over the chunks)
-        )
+        return fetch_starting(chunk, fetching=self.onward, lagging=self.lagging, have=self.have)
 
     def begin_landing(self, chunk: int) -> Landing:
         """A request's bytes of ``chunk`` begin to land in our memory: requests parked

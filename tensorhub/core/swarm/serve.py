@@ -29,7 +29,7 @@ rule, fed by gossip's membership on the node and by the cluster model in the sim
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -131,6 +131,28 @@ for (``serve_decision``'s ``starting``): the chunks a relay's downstream asks it
 upstream for first (``per_source`` of them, ``LAG_CHUNKS`` at most, ahead of what it
 holds). Only those: a request for a later chunk of a link that holds nothing is a probe
 for its news (``ChunkPlanner._start_news``), answered at once."""
+
+
+def fetch_starting(chunk: int, *, fetching: bool, lagging: bool, have: bytearray) -> bool:
+    """``serve_decision``'s ``starting``, for the node's replica and the simulated node
+    alike: ``chunk`` is one of the version's first (``START_PARK_CHUNKS``), our fetch of it
+    is under way (``fetching``), has not fallen behind (``lagging``: it parks nothing), and
+    holds none of it yet (``have``: one byte per chunk; memchr, no Python loop)."""
+    return chunk < START_PARK_CHUNKS and fetching and not lagging and have.find(1) < 0
+
+
+def started_parks(parked: Iterable[int], landing: Callable[[int], bool]) -> list[int]:
+    """The chunks whose parked requests are to be answered again once our fetch holds its
+    first chunk (``fetch_starting`` no longer holds): those of the first chunks whose bytes
+    are not landing here. A request parked only because we were starting waited on the
+    promise that we would ask for its chunk first; once we hold a chunk the chain has
+    formed and that promise is void. A fetch whose own first request for the chunk was
+    lost (its source crashed) left it to a rack-mate that owns the chunk's way into the
+    rack, and that rack-mate had asked *us* for it: each waited on the other for ever
+    (simulated, elastic with preemptions, seed 298; the node would have waited out its
+    request timeout). Answered again, a request we did ask for parks again (``incoming``);
+    one we did not is told "no chunk" and looks elsewhere."""
+    return sorted(c for c in parked if c < START_PARK_CHUNKS and not landing(c))
 
 
 D = TypeVar("D", bound=Hashable)
