@@ -35,8 +35,13 @@ demo: $(RUN_STAMP)
 # that start a Ray cluster share one worker (xdist_group "ray").
 TEST_WORKERS ?= 2
 
+# Each test's start and end go to .test-progress as they happen (tests/progress.py): a run
+# killed by the timeout loses pytest's summary, and this names what it was in, with seeds.
 test: $(DEV_STAMP)
-	timeout -k 30 1200 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	rm -f .test-progress
+	TENSORHUB_TEST_PROGRESS=$(CURDIR)/.test-progress timeout -k 30 1200 \
+		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup \
+		|| { $(BIN)/python -m tests.progress .test-progress; exit 1; }
 	$(BIN)/ruff check tensorhub sim tests bench examples
 	$(BIN)/ruff format --check tensorhub sim tests bench examples
 	$(BIN)/mypy

@@ -13,6 +13,9 @@ from hypothesis import HealthCheck, settings
 
 from tensorhub.io import ucx
 
+from . import progress
+from .progress import note
+
 ucx.loopback_defaults()  # before any UCX context exists: UCX over loopback TCP in tests
 
 settings.register_profile(
@@ -20,6 +23,10 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    progress.pytest_configure(config)  # each test's start and end, written as they come
 
 
 def pytest_asyncio_loop_factories(
@@ -34,6 +41,7 @@ def seed(request: pytest.FixtureRequest) -> int:
     """A per-test random seed, printed so any failure can be replayed with TENSORHUB_SEED."""
     value = int(os.environ.get("TENSORHUB_SEED", random.SystemRandom().randrange(2**32)))
     print(f"\n[seed] {request.node.nodeid}: TENSORHUB_SEED={value}")
+    note("seed", request.node.nodeid, str(value))  # (a run killed in it keeps the seed)
     return value
 
 
