@@ -33,11 +33,12 @@ def test_a_run_killed_in_a_hang_names_the_test_and_what_failed(tmp_path: Path) -
     Makefile's ``timeout`` kills a run): the file names that test as still running and
     the one that failed, and nothing that passed."""
     (tmp_path / "test_some.py").write_text(HANGS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # its rootdir: ids as below, anywhere
     log = tmp_path / "progress.log"
     env = {**os.environ, progress.ENV: str(log)}
     cmd = [sys.executable, "-m", "pytest", "-p", "tests.progress", "-p", "no:cacheprovider"]
     proc = subprocess.Popen(
-        [*cmd, "-q", "-o", "addopts=", str(tmp_path / "test_some.py")],
+        [*cmd, "-q", str(tmp_path / "test_some.py")],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
