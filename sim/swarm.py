@@ -185,14 +185,16 @@ class _Node:
         fetching = self.started is not None and self.finished is None
         return fetch_starting(chunk, fetching=fetching, lagging=self.lagging, have=self.have)
 
-    def first_chunk(self, chunk: int, cut_through: bool) -> None:
-        """``chunk`` is the first this fetch holds, as the node's ``Replica.mark`` of its
-        first: what was parked only because it was starting is answered again."""
+    def mark(self, chunk: int, cut_through: bool) -> None:
+        """``chunk`` is held here, as the node's ``Replica.mark``: if it is the first, what
+        was parked only because this fetch was starting is answered again."""
+        first = self.have.find(1) < 0
         self.have[chunk] = 1
-        waiting = self.starting if cut_through else self.parked
-        for c in started_parks(waiting, self.receiving):
-            for answer in waiting.pop(c, []):
-                answer()
+        if first:
+            waiting = self.starting if cut_through else self.parked
+            for c in started_parks(waiting, self.receiving):
+                for answer in waiting.pop(c, []):
+                    answer()
 
     def lag(self, cut_through: bool) -> None:
         """As the node's ``Replica.lag``: its fetch relays from the tail now; who is parked
@@ -903,9 +905,7 @@ class Swarm:
             return
         node = self.nodes[f]
         first = not node.have[r.chunk]
-        if node.have.find(1) < 0:
-            node.first_chunk(r.chunk, self.cfg.cut_through)
-        node.have[r.chunk] = 1  # (before Settle wakes who waited for it here)
+        node.mark(r.chunk, self.cfg.cut_through)  # (before Settle wakes who waited for it here)
         self._perform(f, session.verified(r))
         if first:
             self.e.trace("chunk", f, r.chunk, s)

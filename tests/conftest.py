@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, settings
 from tensorhub.io import ucx
 
 from . import progress
-from .progress import note
 
 ucx.loopback_defaults()  # before any UCX context exists: UCX over loopback TCP in tests
 
@@ -41,7 +40,7 @@ def seed(request: pytest.FixtureRequest) -> int:
     """A per-test random seed, printed so any failure can be replayed with TENSORHUB_SEED."""
     value = int(os.environ.get("TENSORHUB_SEED", random.SystemRandom().randrange(2**32)))
     print(f"\n[seed] {request.node.nodeid}: TENSORHUB_SEED={value}")
-    note("seed", request.node.nodeid, str(value))  # (a run killed in it keeps the seed)
+    progress.note("seed", request.node.nodeid, str(value))  # (a run killed in it keeps the seed)
     return value
 
 
